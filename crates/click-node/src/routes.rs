@@ -1,0 +1,128 @@
+//! HTTP handlers of the reference node. Bodies are parsed leniently (any
+//! content type) like the PHP nodes this one stands in for.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use rand::Rng;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::{archive, Node, NodeError};
+
+pub(crate) fn router(node: Arc<Node>) -> Router {
+    Router::new()
+        .route("/press", post(press))
+        .route("/clean", post(clean))
+        .route("/process/{req_id}", get(process))
+        .route("/health", get(health))
+        .with_state(node)
+}
+
+#[derive(Deserialize)]
+struct PressBody {
+    session_id: String,
+}
+
+async fn press(State(node): State<Arc<Node>>, body: Bytes) -> Result<String, NodeError> {
+    let body: PressBody = parse(&body)?;
+    if body.session_id.is_empty() {
+        return Err(NodeError::BadRequest("session_id must not be empty".into()));
+    }
+    let clicks = {
+        let mut sessions = node.sessions.lock().await;
+        let count = sessions.entry(body.session_id).or_insert(0);
+        *count = count.saturating_add(1);
+        *count
+    };
+    Ok(format!("You clicked {clicks} times"))
+}
+
+#[derive(Deserialize)]
+struct CleanBody {
+    #[serde(default)]
+    archive: bool,
+    session_ids: Option<Vec<String>>,
+}
+
+/// `/clean`: archive (optionally) then forget. The session map stays locked
+/// for the whole operation so no press lands between the archive write and
+/// the forget. If the archive write fails nothing is forgotten.
+async fn clean(State(node): State<Arc<Node>>, body: Bytes) -> Result<Response, NodeError> {
+    let body: CleanBody = if body.is_empty() {
+        CleanBody {
+            archive: false,
+            session_ids: None,
+        }
+    } else {
+        parse(&body)?
+    };
+    let selected = body.session_ids.filter(|_| !node.clean_all);
+    let mut sessions = node.sessions.lock().await;
+    let counts: Vec<(String, i32)> = match &selected {
+        Some(ids) => ids
+            .iter()
+            .filter_map(|id| sessions.get(id).map(|n| (id.clone(), *n)))
+            .collect(),
+        None => sessions.iter().map(|(id, n)| (id.clone(), *n)).collect(),
+    };
+    if body.archive {
+        archive::upsert(&node.pool, &counts)
+            .await
+            .map_err(NodeError::Archive)?;
+    }
+    tracing::info!(node = %node.name, sessions = counts.len(), archive = body.archive, "cleaned");
+    match selected {
+        Some(ids) => {
+            for id in &ids {
+                sessions.remove(id);
+            }
+            Ok(Json(json!({ "cleaned": ids })).into_response())
+        }
+        None => {
+            sessions.clear();
+            Ok("OK".into_response())
+        }
+    }
+}
+
+async fn process(
+    State(node): State<Arc<Node>>,
+    Path(req_id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Json<serde_json::Value> {
+    let delay = if node.max_delay_ms == 0 {
+        0
+    } else {
+        rand::rng().random_range(node.min_delay_ms..=node.max_delay_ms)
+    };
+    if delay > 0 {
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
+    let user_id = query.get("user_id").map(|u| {
+        u.parse::<i64>()
+            .map(serde_json::Value::from)
+            .unwrap_or_else(|_| serde_json::Value::from(u.as_str()))
+    });
+    Json(json!({
+        "agent_id": node.name,
+        "request_id": req_id,
+        "user_id": user_id,
+        "timestamp": chrono::Utc::now().to_rfc3339(),
+    }))
+}
+
+async fn health(State(node): State<Arc<Node>>) -> Json<serde_json::Value> {
+    Json(json!({ "status": "ok", "name": node.name }))
+}
+
+fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, NodeError> {
+    serde_json::from_slice(body)
+        .map_err(|e| NodeError::BadRequest(format!("invalid JSON body: {e}")))
+}

@@ -1,0 +1,121 @@
+//! The balancer's one configuration, parsed by clap from flags, the
+//! environment and `.env` (DESIGN §5). Tests build it in code with
+//! [`Config::new`] and never touch the environment.
+
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+pub const DEFAULT_SESSION_TTL_SECS: u64 = 600;
+pub const DEFAULT_SWEEP_INTERVAL_SECS: u64 = 10;
+pub const DEFAULT_NODE_TIMEOUT_MS: u64 = 5000;
+pub const DEFAULT_NODE_CONNECT_TIMEOUT_MS: u64 = 1000;
+pub const DEFAULT_HEALTH_INTERVAL_MS: u64 = 2000;
+pub const DEFAULT_VIRTUAL_NODES: u32 = 150;
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "nodes-control",
+    version,
+    about = "Sticky-session balancer for click-counter nodes"
+)]
+pub struct Config {
+    /// Address the HTTP API listens on (port 0 picks a free one).
+    #[arg(long, env = "LISTEN_ADDR", default_value = "0.0.0.0:8000")]
+    pub listen_addr: String,
+    /// Postgres holding `session_archive`; migrations run at start-up.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/nodes_control"
+    )]
+    pub database_url: String,
+    /// Redis holding sessions and nodes, shared by every balancer replica.
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    pub redis_url: String,
+    /// Prefix of every Redis key this balancer writes.
+    #[arg(long, env = "REDIS_KEY_PREFIX", default_value = "nodes-control:")]
+    pub redis_key_prefix: String,
+    /// Bearer token of the admin endpoints (`POST /node`, `GET /nodes`). Required.
+    #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Longest life of a session, from its creation.
+    #[arg(long, env = "SESSION_TTL_SECS", default_value_t = DEFAULT_SESSION_TTL_SECS)]
+    pub session_ttl_secs: u64,
+    /// How often the expiry sweep runs.
+    #[arg(long, env = "SWEEP_INTERVAL_SECS", default_value_t = DEFAULT_SWEEP_INTERVAL_SECS)]
+    pub sweep_interval_secs: u64,
+    /// Whole-request timeout of a press forwarded to a node.
+    #[arg(long, env = "NODE_TIMEOUT_MS", default_value_t = DEFAULT_NODE_TIMEOUT_MS)]
+    pub node_timeout_ms: u64,
+    /// TCP connect timeout towards a node.
+    #[arg(long, env = "NODE_CONNECT_TIMEOUT_MS", default_value_t = DEFAULT_NODE_CONNECT_TIMEOUT_MS)]
+    pub node_connect_timeout_ms: u64,
+    /// How often every node's `/health` is probed.
+    #[arg(long, env = "HEALTH_CHECK_INTERVAL_MS", default_value_t = DEFAULT_HEALTH_INTERVAL_MS)]
+    pub health_check_interval_ms: u64,
+    /// How new sessions are placed.
+    #[arg(long, env = "PLACEMENT", value_enum, default_value_t = Placement::LeastSessions)]
+    pub placement: Placement,
+    /// Stateless routing strategy of `GET /process/{req_id}`.
+    #[arg(long, env = "STRATEGY", default_value = "rr")]
+    pub strategy: String,
+    /// Virtual nodes per node on the consistent-hash ring.
+    #[arg(long, env = "VIRTUAL_NODES", default_value_t = DEFAULT_VIRTUAL_NODES)]
+    pub virtual_nodes: u32,
+    /// Nodes registered at start-up, comma-separated (`http://n1:8081,http://n2:8081`).
+    #[arg(long, env = "NODES", value_delimiter = ',', default_value = "")]
+    pub nodes: Vec<String>,
+    /// Log output: `pretty` for people, `json` for collectors.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Pretty)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Placement {
+    /// The up node with the fewest active sessions (atomic in Redis).
+    LeastSessions,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Pretty,
+    Json,
+}
+
+impl Config {
+    /// Every default of the command line, with the three settings that have
+    /// no sensible default for a test given explicitly.
+    pub fn new(database_url: &str, redis_url: &str, admin_token: &str) -> Self {
+        Self {
+            listen_addr: "127.0.0.1:0".into(),
+            database_url: database_url.into(),
+            redis_url: redis_url.into(),
+            redis_key_prefix: "nodes-control:".into(),
+            admin_token: Some(admin_token.into()),
+            session_ttl_secs: DEFAULT_SESSION_TTL_SECS,
+            sweep_interval_secs: DEFAULT_SWEEP_INTERVAL_SECS,
+            node_timeout_ms: DEFAULT_NODE_TIMEOUT_MS,
+            node_connect_timeout_ms: DEFAULT_NODE_CONNECT_TIMEOUT_MS,
+            health_check_interval_ms: DEFAULT_HEALTH_INTERVAL_MS,
+            placement: Placement::LeastSessions,
+            strategy: "rr".into(),
+            virtual_nodes: DEFAULT_VIRTUAL_NODES,
+            nodes: Vec::new(),
+            log_format: LogFormat::Pretty,
+        }
+    }
+
+    pub fn session_ttl(&self) -> Duration {
+        Duration::from_secs(self.session_ttl_secs)
+    }
+    pub fn node_timeout(&self) -> Duration {
+        Duration::from_millis(self.node_timeout_ms)
+    }
+    pub fn node_connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.node_connect_timeout_ms)
+    }
+    pub fn health_check_interval(&self) -> Duration {
+        Duration::from_millis(self.health_check_interval_ms.max(10))
+    }
+}

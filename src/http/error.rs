@@ -1,0 +1,136 @@
+//! The one place errors become HTTP responses: JSON `{"error","code"}` with
+//! the right status. A 5xx never carries internals; the detail goes to the log.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::nodes::AdminError;
+use crate::session::{PressError, SessionIdError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{message}")]
+    BadRequest { code: &'static str, message: String },
+    #[error("a valid admin token is required: send Authorization: Bearer <ADMIN_TOKEN>")]
+    Unauthorized,
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("the request body is larger than {0} bytes")]
+    PayloadTooLarge(usize),
+    #[error("the request body must be JSON (Content-Type: application/json)")]
+    UnsupportedMediaType,
+    #[error("{message}")]
+    Unavailable { code: &'static str, message: String },
+}
+
+impl ApiError {
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::BadRequest {
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn unavailable(code: &'static str, message: &str) -> Self {
+        Self::Unavailable {
+            code,
+            message: message.to_owned(),
+        }
+    }
+
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
+            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            ApiError::UnsupportedMediaType => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+            }
+            ApiError::Unavailable { code, .. } => (StatusCode::SERVICE_UNAVAILABLE, code),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        let mut response = (
+            status,
+            Json(json!({ "error": self.to_string(), "code": code })),
+        )
+            .into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                "Bearer".parse().expect("static header"),
+            );
+        }
+        response
+    }
+}
+
+impl From<SessionIdError> for ApiError {
+    fn from(e: SessionIdError) -> Self {
+        ApiError::bad_request("invalid_session_id", e.to_string())
+    }
+}
+
+impl From<PressError> for ApiError {
+    fn from(e: PressError) -> Self {
+        match &e {
+            PressError::NoNode => {
+                ApiError::unavailable("no_node_available", "no node is available")
+            }
+            PressError::NodeFailed { node, source } => {
+                tracing::error!(%node, error = %source, "press failed on two nodes");
+                ApiError::unavailable("no_node_available", "no node could serve the press")
+            }
+            PressError::Store(source) => {
+                tracing::error!(error = %source, cause = %source.source, "Redis unavailable");
+                ApiError::unavailable(
+                    "redis_unavailable",
+                    "session state is unavailable; try again",
+                )
+            }
+            PressError::Archive(source) => {
+                tracing::error!(error = %source, cause = %source.source, "Postgres unavailable");
+                ApiError::unavailable(
+                    "archive_unavailable",
+                    "the session archive is unavailable; try again",
+                )
+            }
+        }
+    }
+}
+
+impl From<AdminError> for ApiError {
+    fn from(e: AdminError) -> Self {
+        match e {
+            AdminError::Address(_) | AdminError::Weight | AdminError::Name => {
+                ApiError::bad_request("invalid_node", e.to_string())
+            }
+            AdminError::UnknownNode(_) => ApiError::NotFound(e.to_string()),
+            AdminError::Busy(_) => ApiError::Conflict(e.to_string()),
+            AdminError::Store(source) => {
+                tracing::error!(error = %source, cause = %source.source, "Redis unavailable");
+                ApiError::unavailable(
+                    "redis_unavailable",
+                    "node registry is unavailable; try again",
+                )
+            }
+            AdminError::Archive(source) => {
+                tracing::error!(error = %source, cause = %source.source, "Postgres unavailable");
+                ApiError::unavailable(
+                    "archive_unavailable",
+                    "the session archive is unavailable; try again",
+                )
+            }
+        }
+    }
+}

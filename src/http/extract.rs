@@ -1,0 +1,86 @@
+//! Request extractors: a JSON body with the statuses of DESIGN §3 (415 not
+//! JSON, 413 too large, 400 malformed; never axum's 422), and admin auth.
+
+use axum::body::Bytes;
+use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
+use axum::http::header;
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+use subtle::ConstantTimeEq;
+
+use super::{ApiContext, ApiError};
+
+/// Largest request body accepted (DESIGN §3).
+pub const MAX_BODY_BYTES: usize = 4096;
+
+pub struct JsonBody<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        if !is_json(req.headers()) {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            match rejection.status() {
+                axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
+                    ApiError::PayloadTooLarge(MAX_BODY_BYTES)
+                }
+                _ => ApiError::bad_request("bad_body", rejection.body_text()),
+            }
+        })?;
+        serde_json::from_slice(&bytes)
+            .map(JsonBody)
+            .map_err(|e| ApiError::bad_request("invalid_json", format!("invalid JSON body: {e}")))
+    }
+}
+
+fn is_json(headers: &axum::http::HeaderMap) -> bool {
+    let Some(content_type) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// Proof that the request carried `Authorization: Bearer $ADMIN_TOKEN`.
+pub struct Admin;
+
+impl<S: Send + Sync> FromRequestParts<S> for Admin
+where
+    ApiContext: FromRef<S>,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let ctx = ApiContext::from_ref(state);
+        let presented = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .map(str::trim)
+            .unwrap_or("");
+        // Constant time, so the token cannot be guessed byte by byte.
+        if !presented.is_empty()
+            && bool::from(presented.as_bytes().ct_eq(ctx.admin_token.as_bytes()))
+        {
+            Ok(Admin)
+        } else {
+            Err(ApiError::Unauthorized)
+        }
+    }
+}

@@ -1,0 +1,29 @@
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::ApiContext;
+
+/// Liveness: the process answers.
+pub async fn healthz() -> Json<Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+/// Readiness: Redis and Postgres both answer.
+pub async fn readyz(State(ctx): State<ApiContext>) -> (StatusCode, Json<Value>) {
+    let (redis, postgres) = tokio::join!(ctx.store.ping(), ctx.archive.ping());
+    let (redis, postgres) = (redis.is_ok(), postgres.is_ok());
+    let status = |ok: bool| if ok { "ok" } else { "unavailable" };
+    let body = json!({
+        "status": if redis && postgres { "ready" } else { "not_ready" },
+        "redis": status(redis),
+        "postgres": status(postgres),
+    });
+    let code = if redis && postgres {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, Json(body))
+}

@@ -1,0 +1,46 @@
+//! The HTTP API of DESIGN §3. Handlers are thin: extract, call a service,
+//! map the result; errors become responses in [`error`].
+
+mod error;
+mod extract;
+mod health;
+mod nodes;
+mod press;
+
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::Router;
+use tower_http::trace::TraceLayer;
+
+pub use error::ApiError;
+pub use extract::MAX_BODY_BYTES;
+
+use crate::archive::Archive;
+use crate::nodes::NodeAdmin;
+use crate::session::SessionService;
+use crate::store::SessionStore;
+
+/// Everything a handler may need; cheap to clone.
+#[derive(Clone)]
+pub struct ApiContext {
+    pub sessions: SessionService,
+    pub admin: NodeAdmin,
+    pub store: SessionStore,
+    pub archive: Archive,
+    pub admin_token: Arc<str>,
+}
+
+pub fn router(ctx: ApiContext) -> Router {
+    Router::new()
+        .route("/press", post(press::press))
+        .route("/node", post(nodes::node_command))
+        .route("/nodes", get(nodes::list))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(TraceLayer::new_for_http())
+        .with_state(ctx)
+}

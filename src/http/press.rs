@@ -1,0 +1,43 @@
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::extract::JsonBody;
+use super::{ApiContext, ApiError};
+use crate::session::SessionId;
+
+#[derive(Deserialize)]
+pub struct PressRequest {
+    session_id: String,
+}
+
+/// `POST /press {"session_id":..}` -> `You clicked N times`.
+pub async fn press(
+    State(ctx): State<ApiContext>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<PressRequest>,
+) -> Result<Response, ApiError> {
+    let id = SessionId::parse(body.session_id)?;
+    let pressed = ctx.sessions.press(&id).await?;
+    let message = format!("You clicked {} times", pressed.clicks);
+    let mut response = if wants_json(&headers) {
+        Json(json!({ "session_id": id.as_str(), "clicks": pressed.clicks, "message": message }))
+            .into_response()
+    } else {
+        message.into_response()
+    };
+    if let Ok(name) = HeaderValue::from_str(&pressed.node_name) {
+        response.headers_mut().insert("x-served-by", name);
+    }
+    Ok(response)
+}
+
+fn wants_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| accept.contains("application/json"))
+}

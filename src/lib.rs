@@ -1,0 +1,14 @@
+//! nodes-control: a sticky-session balancer and cluster controller for
+//! stateful click-counter nodes. See DESIGN.md for the contract.
+
+pub mod archive;
+pub mod config;
+pub mod http;
+pub mod nodes;
+pub mod session;
+pub mod startup;
+pub mod store;
+pub mod telemetry;
+
+pub use config::Config;
+pub use startup::Application;

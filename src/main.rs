@@ -1,0 +1,34 @@
+use clap::Parser;
+use nodes_control::{telemetry, Application, Config};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    dotenvy::dotenv().ok();
+    let config = Config::parse();
+    telemetry::init(config.log_format);
+    let app = Application::build(config).await?;
+    app.run_until_stopped(shutdown_signal()).await?;
+    Ok(())
+}
+
+/// Ctrl-C, or SIGTERM from docker / systemd.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        tokio::signal::ctrl_c().await.ok();
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => tracing::info!("Ctrl-C received; shutting down"),
+        _ = terminate => tracing::info!("SIGTERM received; shutting down"),
+    }
+}

@@ -1,0 +1,114 @@
+//! Node addresses: validated and normalised once, so that `HTTP://Node1:8080/`
+//! and `http://node1:8080` are the same node everywhere (DESIGN §3).
+
+use std::fmt;
+
+/// An absolute `http(s)://host[:port]` URL with a lower-case host and no
+/// trailing slash, user-info, path, query or fragment.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct NodeAddress(String);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid node address {input:?}: {reason}")]
+pub struct AddressError {
+    pub input: String,
+    pub reason: &'static str,
+}
+
+impl NodeAddress {
+    pub fn parse(input: &str) -> Result<Self, AddressError> {
+        let fail = |reason| AddressError {
+            input: input.to_owned(),
+            reason,
+        };
+        let trimmed = input.trim();
+        if trimmed.is_empty() {
+            return Err(fail("it is empty"));
+        }
+        let url = url::Url::parse(trimmed).map_err(|_| fail("it is not an absolute URL"))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(fail("the scheme must be http or https"));
+        }
+        let host = url
+            .host_str()
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| fail("it has no host"))?;
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(fail("it must not carry user-info"));
+        }
+        if url.path() != "/" && !url.path().is_empty() {
+            return Err(fail("it must not have a path"));
+        }
+        // `Url` normalises "http://h:80/" to path "/" but keeps "http://h:80/?"
+        // as an empty query: both a query and a fragment are refused.
+        if url.query().is_some() || trimmed.contains('?') {
+            return Err(fail("it must not have a query"));
+        }
+        if url.fragment().is_some() || trimmed.contains('#') {
+            return Err(fail("it must not have a fragment"));
+        }
+        let mut normalised = format!("{}://{}", url.scheme(), host.to_ascii_lowercase());
+        if let Some(port) = url.port() {
+            normalised.push(':');
+            normalised.push_str(&port.to_string());
+        }
+        Ok(Self(normalised))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// `host:port` (with the scheme's default port), the default node name.
+    pub fn host_port(&self) -> String {
+        self.0
+            .split_once("://")
+            .map(|(_, rest)| rest.to_owned())
+            .unwrap_or_default()
+    }
+}
+
+impl fmt::Display for NodeAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalises_case_and_trailing_slash() {
+        let a = NodeAddress::parse("HTTP://Node1.Example:8080/").unwrap();
+        assert_eq!(a.as_str(), "http://node1.example:8080");
+        assert_eq!(
+            NodeAddress::parse("https://n:443").unwrap().as_str(),
+            "https://n"
+        );
+        assert_eq!(
+            NodeAddress::parse("http://[::1]:9000").unwrap().as_str(),
+            "http://[::1]:9000"
+        );
+    }
+
+    #[test]
+    fn refuses_everything_but_scheme_host_and_port() {
+        for bad in [
+            "",
+            "node1:8080",
+            "/relative",
+            "ftp://node1",
+            "http://user:pw@node1",
+            "http://user@node1",
+            "http://node1/path",
+            "http://node1?x=1",
+            "http://node1/?",
+            "http://node1#frag",
+            "http://",
+            "not a url",
+        ] {
+            assert!(NodeAddress::parse(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Talking to nodes. Presses go through a pooled keep-alive hyper client
+//! (the hot path; reqwest costs about a quarter of the throughput there);
+//! admin calls (`/clean`, `/health`) go through reqwest.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use super::table::NodeEntry;
+
+/// Largest node answer we read: `You clicked 2147483647 times` is 28 bytes.
+const MAX_PRESS_BODY: usize = 1024;
+
+/// Why a call to a node failed. Every variant counts as a node failure
+/// (DESIGN §4.8).
+#[derive(Debug, thiserror::Error)]
+pub enum NodeCallError {
+    #[error("cannot reach the node: {0}")]
+    Transport(String),
+    #[error("the node did not answer in time")]
+    Timeout,
+    #[error("the node answered HTTP {0}")]
+    Status(StatusCode),
+    #[error("the node answered an unexpected body: {0:?}")]
+    Body(String),
+}
+
+/// What a `/clean` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CleanOutcome {
+    /// The node forgot every session (`OK`, or a node that ignores `session_ids`).
+    All,
+    /// The node cleaned only these sessions (`{"cleaned":[..]}`).
+    Only(Vec<String>),
+}
+
+#[derive(Clone)]
+pub struct NodeClient {
+    hot: Client<HttpConnector, Full<Bytes>>,
+    admin: reqwest::Client,
+    timeout: Duration,
+}
+
+impl NodeClient {
+    pub fn new(timeout: Duration, connect_timeout: Duration) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(connect_timeout));
+        connector.set_nodelay(true);
+        let hot = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(256)
+            .build(connector);
+        let admin = reqwest::Client::builder()
+            .connect_timeout(connect_timeout)
+            .timeout(timeout)
+            .build()
+            .unwrap_or_default();
+        Self {
+            hot,
+            admin,
+            timeout,
+        }
+    }
+
+    /// Forwards one press and returns the node's own count.
+    pub async fn press(&self, node: &NodeEntry, session_id: &str) -> Result<i64, NodeCallError> {
+        let body = serde_json::to_vec(&serde_json::json!({ "session_id": session_id }))
+            .map_err(|e| NodeCallError::Body(e.to_string()))?;
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(node.press_uri.clone())
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| NodeCallError::Transport(e.to_string()))?;
+        let call = async {
+            let response = self
+                .hot
+                .request(request)
+                .await
+                .map_err(|e| NodeCallError::Transport(error_chain(&e)))?;
+            let status = response.status();
+            let body = Limited::new(response.into_body(), MAX_PRESS_BODY)
+                .collect()
+                .await
+                .map_err(|e| NodeCallError::Transport(e.to_string()))?
+                .to_bytes();
+            if !status.is_success() {
+                return Err(NodeCallError::Status(status));
+            }
+            parse_clicks(&body)
+        };
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .map_err(|_| NodeCallError::Timeout)?
+    }
+
+    /// `POST /clean`; with `session_ids`, a node that supports it cleans
+    /// only those, any other node cleans everything.
+    pub async fn clean(
+        &self,
+        address: &str,
+        archive: bool,
+        session_ids: Option<&[String]>,
+    ) -> Result<CleanOutcome, NodeCallError> {
+        let mut body = serde_json::json!({ "archive": archive });
+        if let Some(ids) = session_ids {
+            body["session_ids"] = serde_json::json!(ids);
+        }
+        let response = self
+            .admin
+            .post(format!("{address}/clean"))
+            .json(&body)
+            .send()
+            .await
+            .map_err(reqwest_error)?;
+        let status = response.status();
+        let text = response.text().await.map_err(reqwest_error)?;
+        if !status.is_success() {
+            return Err(NodeCallError::Status(status));
+        }
+        if let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) {
+            if let Some(ids) = value.get("cleaned").and_then(|c| c.as_array()) {
+                return Ok(CleanOutcome::Only(
+                    ids.iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect(),
+                ));
+            }
+        }
+        Ok(CleanOutcome::All)
+    }
+
+    /// `GET /health`: any 2xx within the timeout is healthy.
+    pub async fn health(&self, address: &str) -> Result<(), NodeCallError> {
+        let response = self
+            .admin
+            .get(format!("{address}/health"))
+            .send()
+            .await
+            .map_err(reqwest_error)?;
+        if response.status().is_success() {
+            Ok(())
+        } else {
+            Err(NodeCallError::Status(response.status()))
+        }
+    }
+}
+
+/// Reads `You clicked N times`.
+pub fn parse_clicks(body: &[u8]) -> Result<i64, NodeCallError> {
+    let text = std::str::from_utf8(body).map_err(|_| NodeCallError::Body("not UTF-8".into()))?;
+    text.trim()
+        .strip_prefix("You clicked ")
+        .and_then(|rest| {
+            rest.strip_suffix(" times")
+                .or_else(|| rest.strip_suffix(" time"))
+        })
+        .and_then(|n| n.trim().parse::<i64>().ok())
+        .filter(|n| *n >= 0)
+        .ok_or_else(|| NodeCallError::Body(text.chars().take(80).collect()))
+}
+
+fn reqwest_error(e: reqwest::Error) -> NodeCallError {
+    if e.is_timeout() {
+        NodeCallError::Timeout
+    } else {
+        NodeCallError::Transport(error_chain(&e))
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_count_from_a_node_answer() {
+        assert_eq!(parse_clicks(b"You clicked 5 times").unwrap(), 5);
+        assert_eq!(parse_clicks(b"You clicked 1 time\n").unwrap(), 1);
+        for bad in [
+            &b"OK"[..],
+            b"You clicked -1 times",
+            b"You clicked many times",
+            b"\xff",
+        ] {
+            assert!(parse_clicks(bad).is_err());
+        }
+    }
+}

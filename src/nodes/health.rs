@@ -1,0 +1,82 @@
+//! Active health checks: every node's `/health` is probed each interval.
+//! Two failures in a row take an up node down; two successes in a row
+//! bring a down node back (after a wipe, see [`NodeAdmin::recover`]).
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use super::admin::NodeAdmin;
+use super::client::NodeClient;
+use crate::store::NodeState;
+
+const FALL: u32 = 2;
+const RISE: u32 = 2;
+
+/// What one round of checks changed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct HealthReport {
+    pub marked_down: Vec<String>,
+    pub recovered: Vec<String>,
+}
+
+#[derive(Clone)]
+pub struct HealthChecker {
+    admin: NodeAdmin,
+    client: NodeClient,
+}
+
+impl HealthChecker {
+    pub fn new(admin: NodeAdmin, client: NodeClient) -> Self {
+        Self { admin, client }
+    }
+
+    /// One round: refresh the view, probe every node concurrently, act.
+    pub async fn check_once(&self) -> HealthReport {
+        if let Err(error) = self.admin.refresh().await {
+            warn!(%error, "health check could not refresh the node list");
+            return HealthReport::default();
+        }
+        let entries = self.admin.table().all();
+        let probes = entries.iter().map(|e| self.client.health(&e.address));
+        let results = futures::future::join_all(probes).await;
+        let mut report = HealthReport::default();
+        for (entry, result) in entries.iter().zip(results) {
+            let (fails, oks) = if result.is_ok() {
+                entry.health_fails.store(0, Ordering::Relaxed);
+                (0, entry.health_oks.fetch_add(1, Ordering::Relaxed) + 1)
+            } else {
+                entry.health_oks.store(0, Ordering::Relaxed);
+                (entry.health_fails.fetch_add(1, Ordering::Relaxed) + 1, 0)
+            };
+            match entry.state() {
+                NodeState::Up if fails >= FALL => {
+                    warn!(node = %entry.address, "health check failed {fails} times in a row");
+                    self.admin.mark_down(entry).await;
+                    report.marked_down.push(entry.address.clone());
+                }
+                NodeState::Down if oks >= RISE => match self.admin.recover(&entry.address).await {
+                    Ok(true) => report.recovered.push(entry.address.clone()),
+                    Ok(false) => {}
+                    Err(error) => warn!(node = %entry.address, %error, "recovering node failed"),
+                },
+                _ => {}
+            }
+        }
+        report
+    }
+
+    /// Runs [`check_once`](Self::check_once) every `interval` until cancelled.
+    pub async fn run(self, interval: Duration, cancel: CancellationToken) {
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = ticker.tick() => { self.check_once().await; }
+            }
+        }
+    }
+}

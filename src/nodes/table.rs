@@ -1,0 +1,181 @@
+//! `NodeTable`: this replica's view of the registry, refreshed from Redis.
+//! The hot path reads node state and names here, in memory, so that a press
+//! costs one Redis round trip (the session lookup) and nothing more.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, RwLock};
+
+use http::Uri;
+use tokio::sync::{RwLock as AsyncRwLock, RwLockWriteGuard};
+
+use crate::store::{NodeRecord, NodeState};
+
+/// One node as this replica sees it.
+#[derive(Debug)]
+pub struct NodeEntry {
+    pub address: String,
+    pub name: String,
+    pub weight: u32,
+    /// `http://host:port/press`, parsed once so forwarding allocates no URI.
+    pub press_uri: Uri,
+    state: AtomicU8,
+    in_flight: AtomicU64,
+    /// Presses hold a read guard while in flight to the node; a clean takes
+    /// the write guard, so no press of this replica is in flight to a node
+    /// being cleaned (DESIGN §4.7). A tokio lock: it is held across awaits.
+    gate: AsyncRwLock<()>,
+    /// Consecutive health-check results, for rise/fall hysteresis.
+    pub(crate) health_fails: AtomicU32,
+    pub(crate) health_oks: AtomicU32,
+}
+
+impl NodeEntry {
+    fn new(record: &NodeRecord) -> Option<Self> {
+        let press_uri = format!("{}/press", record.address).parse().ok()?;
+        Some(Self {
+            address: record.address.clone(),
+            name: record.name.clone(),
+            weight: record.weight,
+            press_uri,
+            state: AtomicU8::new(encode(record.state)),
+            in_flight: AtomicU64::new(0),
+            gate: AsyncRwLock::new(()),
+            health_fails: AtomicU32::new(0),
+            health_oks: AtomicU32::new(0),
+        })
+    }
+
+    pub fn state(&self) -> NodeState {
+        decode(self.state.load(Ordering::Acquire))
+    }
+
+    pub fn set_state(&self, state: NodeState) {
+        self.state.store(encode(state), Ordering::Release);
+    }
+
+    /// Whether presses of sessions mapped here may be forwarded to it.
+    pub fn serves_presses(&self) -> bool {
+        matches!(self.state(), NodeState::Up | NodeState::Draining)
+    }
+
+    /// Presses of this replica currently in flight to the node.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Counts a press in flight until the guard drops, even if the request
+    /// future is cancelled.
+    pub fn start_request(&self) -> InFlight<'_> {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(self)
+    }
+
+    /// Waits until no clean of this node is running, then holds it off.
+    pub async fn enter(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
+        self.gate.read().await
+    }
+
+    /// Waits for this replica's in-flight presses to the node to finish and
+    /// keeps new ones out until the guard drops.
+    pub async fn fence(&self) -> RwLockWriteGuard<'_, ()> {
+        self.gate.write().await
+    }
+}
+
+pub struct InFlight<'a>(&'a NodeEntry);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn encode(state: NodeState) -> u8 {
+    match state {
+        NodeState::Up => 0,
+        NodeState::Down => 1,
+        NodeState::Draining => 2,
+    }
+}
+
+fn decode(v: u8) -> NodeState {
+    match v {
+        0 => NodeState::Up,
+        2 => NodeState::Draining,
+        _ => NodeState::Down,
+    }
+}
+
+/// All nodes this replica knows, by normalised address.
+#[derive(Debug, Default)]
+pub struct NodeTable {
+    /// A std lock: held only to clone an `Arc` out or to swap entries, never
+    /// across an await.
+    entries: RwLock<HashMap<String, Arc<NodeEntry>>>,
+    /// Bumped whenever a fence on any node is lifted: a press that read its
+    /// mapping before a clean finished must read it again (it may be stale).
+    epoch: AtomicU64,
+}
+
+impl NodeTable {
+    pub fn get(&self, address: &str) -> Option<Arc<NodeEntry>> {
+        self.read().get(address).cloned()
+    }
+
+    pub fn all(&self) -> Vec<Arc<NodeEntry>> {
+        let mut all: Vec<_> = self.read().values().cloned().collect();
+        all.sort_by(|a, b| a.address.cmp(&b.address));
+        all
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    pub fn bump_epoch(&self) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Brings the view in line with the registry: new nodes appear, states
+    /// follow, removed nodes disappear. Entries that stay keep their
+    /// in-flight counters and gates.
+    pub fn sync(&self, records: &[NodeRecord]) {
+        let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
+        entries.retain(|address, _| records.iter().any(|r| &r.address == address));
+        for record in records {
+            apply(&mut entries, record);
+        }
+    }
+
+    /// Sets one node's state in this view right away (the registry is the
+    /// source of truth; this saves waiting for the next refresh).
+    pub fn upsert(&self, record: &NodeRecord) {
+        apply(
+            &mut self.entries.write().unwrap_or_else(|e| e.into_inner()),
+            record,
+        );
+    }
+
+    pub fn remove(&self, address: &str) {
+        self.entries
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(address);
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<NodeEntry>>> {
+        self.entries.read().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn apply(entries: &mut HashMap<String, Arc<NodeEntry>>, record: &NodeRecord) {
+    match entries.get(&record.address) {
+        Some(entry) => entry.set_state(record.state),
+        None => {
+            if let Some(entry) = NodeEntry::new(record) {
+                entries.insert(record.address.clone(), Arc::new(entry));
+            }
+        }
+    }
+}

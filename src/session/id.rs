@@ -1,0 +1,76 @@
+//! A validated session id (DESIGN §3): 1 to 255 bytes, no control characters.
+
+use std::fmt;
+
+pub const MAX_SESSION_ID_BYTES: usize = 255;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SessionId(String);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SessionIdError {
+    #[error("session_id must not be empty")]
+    Empty,
+    #[error("session_id must be at most {MAX_SESSION_ID_BYTES} bytes")]
+    TooLong,
+    #[error("session_id must not contain control characters")]
+    ControlCharacter,
+}
+
+impl SessionId {
+    pub fn parse(id: String) -> Result<Self, SessionIdError> {
+        if id.is_empty() {
+            Err(SessionIdError::Empty)
+        } else if id.len() > MAX_SESSION_ID_BYTES {
+            Err(SessionIdError::TooLong)
+        } else if id.chars().any(char::is_control) {
+            Err(SessionIdError::ControlCharacter)
+        } else {
+            Ok(Self(id))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_ordinary_and_unicode_ids_up_to_255_bytes() {
+        assert!(SessionId::parse("u1".into()).is_ok());
+        assert!(SessionId::parse("ünïcødé-séssion".into()).is_ok());
+        assert!(SessionId::parse("x".repeat(255)).is_ok());
+    }
+
+    #[test]
+    fn refuses_empty_long_and_control_character_ids() {
+        assert_eq!(SessionId::parse(String::new()), Err(SessionIdError::Empty));
+        assert_eq!(
+            SessionId::parse("x".repeat(256)),
+            Err(SessionIdError::TooLong)
+        );
+        // 128 two-byte characters: 128 chars but 256 bytes.
+        assert_eq!(
+            SessionId::parse("é".repeat(128)),
+            Err(SessionIdError::TooLong)
+        );
+        assert_eq!(
+            SessionId::parse("a\nb".into()),
+            Err(SessionIdError::ControlCharacter)
+        );
+        assert_eq!(
+            SessionId::parse("a\u{0}".into()),
+            Err(SessionIdError::ControlCharacter)
+        );
+    }
+}

@@ -1,0 +1,8 @@
+//! The press flow: find or place a session, forward the press to its node,
+//! fail over once when the node fails. Testable without HTTP.
+
+mod id;
+mod service;
+
+pub use id::{SessionId, SessionIdError};
+pub use service::{PressError, Pressed, SessionService};

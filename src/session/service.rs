@@ -1,0 +1,154 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{debug, warn};
+
+use super::SessionId;
+use crate::archive::{Archive, ArchiveError};
+use crate::nodes::{NodeAdmin, NodeCallError, NodeClient, NodeEntry, NodeTable};
+use crate::store::{now_ms, Mapping, SessionStore, StoreError};
+
+/// Bound on the press loop (lookups after a fence, placements after a node
+/// failed or went down): a press never spins.
+const MAX_ROUNDS: usize = 8;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PressError {
+    #[error("no node is available")]
+    NoNode,
+    #[error("node {node} failed: {source}")]
+    NodeFailed {
+        node: String,
+        #[source]
+        source: NodeCallError,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Archive(#[from] ArchiveError),
+}
+
+/// A served press.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pressed {
+    /// What the user sees: the node's count plus the session's base.
+    pub clicks: i64,
+    /// Name of the node that served it (`X-Served-By`).
+    pub node_name: String,
+    pub node_address: String,
+}
+
+#[derive(Clone)]
+pub struct SessionService {
+    store: SessionStore,
+    archive: Archive,
+    admin: NodeAdmin,
+    client: NodeClient,
+    ttl: Duration,
+}
+
+impl SessionService {
+    pub fn new(
+        store: SessionStore,
+        archive: Archive,
+        admin: NodeAdmin,
+        client: NodeClient,
+        ttl: Duration,
+    ) -> Self {
+        Self {
+            store,
+            archive,
+            admin,
+            client,
+            ttl,
+        }
+    }
+
+    fn table(&self) -> &Arc<NodeTable> {
+        self.admin.table()
+    }
+
+    /// One press. An existing session on a live node costs one Redis read
+    /// and one forward; everything else is the rare path.
+    pub async fn press(&self, id: &SessionId) -> Result<Pressed, PressError> {
+        let id = id.as_str();
+        let mut epoch = self.table().epoch();
+        let mut mapping = self.store.lookup(id).await?;
+        let mut failed: Option<(String, NodeCallError)> = None;
+        for _ in 0..MAX_ROUNDS {
+            let current = match mapping.take() {
+                Some(m) => m,
+                None => self.place(id, None).await?,
+            };
+            let entry = match self.entry(&current.node).await? {
+                Some(entry) if entry.serves_presses() => entry,
+                // Removed or down: move the session (DESIGN §4.5, §4.8).
+                _ => {
+                    mapping = Some(self.place(id, Some(&current.node)).await?);
+                    continue;
+                }
+            };
+            let in_flight = entry.start_request();
+            let gate = entry.enter().await;
+            if self.table().epoch() != epoch {
+                // A clean finished after we read the mapping: it may be stale.
+                drop((gate, in_flight));
+                epoch = self.table().epoch();
+                mapping = self.store.lookup(id).await?;
+                continue;
+            }
+            let result = self.client.press(&entry, id).await;
+            drop((gate, in_flight));
+            match result {
+                Ok(count) => {
+                    return Ok(Pressed {
+                        clicks: count + current.base,
+                        node_name: entry.name.clone(),
+                        node_address: entry.address.clone(),
+                    })
+                }
+                Err(error) => {
+                    warn!(node = %entry.address, session = %id, %error, "press failed; node marked down");
+                    self.admin.mark_down(&entry).await;
+                    if let Some((node, source)) = failed {
+                        return Err(PressError::NodeFailed { node, source });
+                    }
+                    failed = Some((entry.address.clone(), error));
+                    // Retry once on a newly placed node.
+                    mapping = Some(self.place(id, Some(&entry.address)).await?);
+                }
+            }
+        }
+        Err(match failed {
+            Some((node, source)) => PressError::NodeFailed { node, source },
+            None => PressError::NoNode,
+        })
+    }
+
+    /// Places a session, restored from the archive: fold first (so the
+    /// node's next archive cannot overwrite clicks we counted), then the
+    /// atomic placement with the folded total as base.
+    async fn place(&self, id: &str, stale_node: Option<&str>) -> Result<Mapping, PressError> {
+        let base = self.archive.fold_one(id).await?;
+        let expires_at_ms = now_ms() + self.ttl.as_millis() as i64;
+        let placement = self
+            .store
+            .place(id, base, expires_at_ms, stale_node)
+            .await?
+            .ok_or(PressError::NoNode)?;
+        if placement.created {
+            debug!(session = %id, node = %placement.mapping.node, base, "session placed");
+        }
+        Ok(placement.mapping)
+    }
+
+    /// The node's entry in this replica's view, refreshing the view once if
+    /// another replica added the node since our last refresh.
+    async fn entry(&self, address: &str) -> Result<Option<Arc<NodeEntry>>, PressError> {
+        if let Some(entry) = self.table().get(address) {
+            return Ok(Some(entry));
+        }
+        self.admin.refresh().await?;
+        Ok(self.table().get(address))
+    }
+}

@@ -1,0 +1,118 @@
+//! `Application`: wires the stores, services, background tasks and the HTTP
+//! server together from a [`Config`].
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::archive::Archive;
+use crate::config::Config;
+use crate::http::{self, ApiContext};
+use crate::nodes::{HealthChecker, NodeAdmin, NodeClient, NodeTable};
+use crate::session::SessionService;
+use crate::store::SessionStore;
+
+pub struct Application {
+    listener: TcpListener,
+    ctx: ApiContext,
+    health: HealthChecker,
+    config: Config,
+}
+
+impl Application {
+    /// Binds the listener (port 0 in tests), connects to Redis and Postgres,
+    /// applies migrations and registers the `NODES` of the configuration.
+    pub async fn build(config: Config) -> anyhow::Result<Self> {
+        let admin_token = config
+            .admin_token
+            .clone()
+            .filter(|t| !t.trim().is_empty())
+            .context(
+                "ADMIN_TOKEN is not set: the admin endpoints need a secret. \
+                 Set ADMIN_TOKEN in the environment or in .env (e.g. ADMIN_TOKEN=$(openssl rand -hex 24))",
+            )?;
+        let store = SessionStore::connect(&config.redis_url, &config.redis_key_prefix)?;
+        let archive = Archive::connect_lazy(&config.database_url)?;
+        archive
+            .migrate()
+            .await
+            .context("applying migrations to DATABASE_URL (is Postgres up?)")?;
+        let client = NodeClient::new(config.node_timeout(), config.node_connect_timeout());
+        let table = Arc::new(NodeTable::default());
+        let admin = NodeAdmin::new(store.clone(), archive.clone(), table, client.clone());
+        let sessions = SessionService::new(
+            store.clone(),
+            archive.clone(),
+            admin.clone(),
+            client.clone(),
+            config.session_ttl(),
+        );
+        let listener = TcpListener::bind(&config.listen_addr)
+            .await
+            .with_context(|| format!("binding LISTEN_ADDR {}", config.listen_addr))?;
+        let ctx = ApiContext {
+            sessions,
+            admin: admin.clone(),
+            store,
+            archive,
+            admin_token: admin_token.into(),
+        };
+        if let Err(error) = admin.refresh().await {
+            warn!(%error, "Redis is not reachable at start-up; serving 503 until it is");
+        }
+        for address in config.nodes.iter().filter(|a| !a.trim().is_empty()) {
+            match admin.add(address, None, None).await {
+                Ok(node) => {
+                    info!(node = %node.address, state = %node.state, "initial node registered")
+                }
+                Err(error) => warn!(node = %address, %error, "initial node not registered"),
+            }
+        }
+        Ok(Self {
+            listener,
+            health: HealthChecker::new(admin, client),
+            ctx,
+            config,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.listener.local_addr().map(|a| a.port()).unwrap_or(0)
+    }
+
+    /// The services behind the API, for tests that drive them directly.
+    pub fn context(&self) -> ApiContext {
+        self.ctx.clone()
+    }
+
+    /// Serves until `shutdown` resolves, with the health checker beside
+    /// the server; both stop together.
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let cancel = CancellationToken::new();
+        let health = tokio::spawn(
+            self.health
+                .clone()
+                .run(self.config.health_check_interval(), cancel.clone()),
+        );
+        info!(addr = %self.listener.local_addr()?, "nodes-control listening");
+        let server_cancel = cancel.clone();
+        let result = axum::serve(self.listener, http::router(self.ctx))
+            .with_graceful_shutdown(async move {
+                tokio::select! {
+                    _ = shutdown => {}
+                    _ = server_cancel.cancelled() => {}
+                }
+            })
+            .await;
+        cancel.cancel();
+        let _ = health.await;
+        info!("nodes-control stopped");
+        result
+    }
+}

@@ -1,0 +1,203 @@
+//! The node registry shared by every replica.
+
+use std::fmt;
+use std::str::FromStr;
+
+use redis::AsyncCommands;
+
+use super::{now_ms, Context, SessionStore, StoreResult};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeState {
+    /// Takes new sessions and presses.
+    Up,
+    /// Failed: no traffic until it is healthy again and wiped.
+    Down,
+    /// Being removed: no new sessions; its sessions are being archived.
+    Draining,
+}
+
+impl NodeState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeState::Up => "up",
+            NodeState::Down => "down",
+            NodeState::Draining => "draining",
+        }
+    }
+}
+
+impl fmt::Display for NodeState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for NodeState {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        match s {
+            "up" => Ok(NodeState::Up),
+            "down" => Ok(NodeState::Down),
+            "draining" => Ok(NodeState::Draining),
+            _ => Err(()),
+        }
+    }
+}
+
+/// A node as the registry holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRecord {
+    pub address: String,
+    pub name: String,
+    pub weight: u32,
+    pub state: NodeState,
+    pub active_sessions: i64,
+}
+
+impl SessionStore {
+    /// Registers a node; returns false if it was registered already.
+    pub async fn register_node(&self, node: &NodeRecord) -> StoreResult<bool> {
+        let added: i64 = self
+            .scripts
+            .register_node
+            .key(self.key(&["node", &node.address]))
+            .key(self.key(&["nodes"]))
+            .key(self.key(&["placeable"]))
+            .arg(&node.address)
+            .arg(&node.name)
+            .arg(node.weight)
+            .arg(node.state.as_str())
+            .arg(now_ms())
+            .invoke_async(&mut self.conn())
+            .await
+            .context("registering a node in Redis")?;
+        Ok(added == 1)
+    }
+
+    /// Moves a node to `state` if it is currently in one of `expected`
+    /// (any state when empty). Returns the previous state, or `None` when the
+    /// node is unknown or in an unexpected state.
+    pub async fn set_node_state(
+        &self,
+        address: &str,
+        state: NodeState,
+        expected: &[NodeState],
+    ) -> StoreResult<Option<NodeState>> {
+        let expected = expected
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
+        let old: Option<String> = self
+            .scripts
+            .set_node_state
+            .key(self.key(&["node", address]))
+            .key(self.key(&["placeable"]))
+            .arg(address)
+            .arg(state.as_str())
+            .arg(expected)
+            .invoke_async(&mut self.conn())
+            .await
+            .context("changing a node's state in Redis")?;
+        Ok(old.and_then(|s| s.parse().ok()))
+    }
+
+    /// Deletes a node from the registry (after its sessions were unmapped).
+    pub async fn delete_node(&self, address: &str) -> StoreResult<()> {
+        redis::pipe()
+            .atomic()
+            .del(self.key(&["node", address]))
+            .del(self.key(&["node_sessions", address]))
+            .zrem(self.key(&["nodes"]), address)
+            .zrem(self.key(&["placeable"]), address)
+            .query_async::<()>(&mut self.conn())
+            .await
+            .context("deleting a node from Redis")
+    }
+
+    pub async fn get_node(&self, address: &str) -> StoreResult<Option<NodeRecord>> {
+        let fields: Vec<(String, String)> = self
+            .conn()
+            .hgetall(self.key(&["node", address]))
+            .await
+            .context("reading a node from Redis")?;
+        Ok(record_from_fields(address, fields))
+    }
+
+    /// Every registered node, in registration order. O(nodes): admin and
+    /// the periodic refresh of each replica's view only.
+    pub async fn list_nodes(&self) -> StoreResult<Vec<NodeRecord>> {
+        let mut conn = self.conn();
+        let addresses: Vec<String> = conn
+            .zrange(self.key(&["nodes"]), 0, -1)
+            .await
+            .context("listing nodes in Redis")?;
+        if addresses.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for address in &addresses {
+            pipe.hgetall(self.key(&["node", address]));
+        }
+        let all: Vec<Vec<(String, String)>> = pipe
+            .query_async(&mut conn)
+            .await
+            .context("reading nodes from Redis")?;
+        Ok(addresses
+            .iter()
+            .zip(all)
+            .filter_map(|(address, fields)| record_from_fields(address, fields))
+            .collect())
+    }
+
+    /// Takes a short lock named `name`; returns its token if taken.
+    pub async fn try_lock(&self, name: &str, ttl_ms: u64) -> StoreResult<Option<String>> {
+        let token = uuid::Uuid::new_v4().to_string();
+        let taken: Option<String> = redis::cmd("SET")
+            .arg(self.key(&["lock", name]))
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms)
+            .query_async(&mut self.conn())
+            .await
+            .context("taking a lock in Redis")?;
+        Ok(taken.map(|_| token))
+    }
+
+    /// Releases a lock if it is still ours.
+    pub async fn unlock(&self, name: &str, token: &str) -> StoreResult<()> {
+        redis::Script::new(
+            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+        )
+        .key(self.key(&["lock", name]))
+        .arg(token)
+        .invoke_async::<i64>(&mut self.conn())
+        .await
+        .context("releasing a lock in Redis")?;
+        Ok(())
+    }
+}
+
+fn record_from_fields(address: &str, fields: Vec<(String, String)>) -> Option<NodeRecord> {
+    if fields.is_empty() {
+        return None;
+    }
+    let get = |name: &str| {
+        fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    Some(NodeRecord {
+        address: address.to_owned(),
+        name: get("name").unwrap_or(address).to_owned(),
+        weight: get("weight").and_then(|w| w.parse().ok()).unwrap_or(1),
+        state: get("state")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(NodeState::Down),
+        active_sessions: get("sessions").and_then(|s| s.parse().ok()).unwrap_or(0),
+    })
+}

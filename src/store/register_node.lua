@@ -1,0 +1,12 @@
+-- Registers a node unless it is registered already (adding is idempotent).
+-- KEYS[1] node hash, KEYS[2] nodes zset (by registration time), KEYS[3] placeable.
+-- ARGV: address, name, weight, state, now_ms.  Returns 1 if added, 0 if known.
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'name', ARGV[2], 'weight', ARGV[3], 'state', ARGV[4], 'sessions', 0)
+redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
+if ARGV[4] == 'up' then
+  redis.call('ZADD', KEYS[3], 0, ARGV[1])
+end
+return 1

@@ -1,0 +1,99 @@
+//! Session mappings: the hot-path read and the atomic placement.
+
+use redis::AsyncCommands;
+
+use super::{Context, SessionStore, StoreResult};
+
+/// Where a session lives and what its node's count must be offset by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    /// Normalised address of the node holding the session.
+    pub node: String,
+    /// Clicks already folded into the archive (DESIGN §4.6): the user sees
+    /// `node_count + base`.
+    pub base: i64,
+    /// Absolute end of the session's life, ms since the Unix epoch.
+    pub expires_at_ms: i64,
+}
+
+/// What the placement script decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub mapping: Mapping,
+    /// False when another press (on any replica) placed the session first.
+    pub created: bool,
+}
+
+impl SessionStore {
+    /// The hot path: one plain `HMGET`, one round trip, no script.
+    pub async fn lookup(&self, session_id: &str) -> StoreResult<Option<Mapping>> {
+        let (node, base, exp): (Option<String>, Option<i64>, Option<i64>) = redis::cmd("HMGET")
+            .arg(self.key(&["session", session_id]))
+            .arg(&["node", "base", "exp"])
+            .query_async(&mut self.conn())
+            .await
+            .context("reading the session mapping from Redis")?;
+        Ok(node.map(|node| Mapping {
+            node,
+            base: base.unwrap_or(0),
+            expires_at_ms: exp.unwrap_or(i64::MAX),
+        }))
+    }
+
+    /// Places a session on the least-loaded up node unless it is mapped
+    /// already; a mapping to `stale_node` is dropped and replaced. Returns
+    /// `None` when no node is up.
+    pub async fn place(
+        &self,
+        session_id: &str,
+        base: i64,
+        expires_at_ms: i64,
+        stale_node: Option<&str>,
+    ) -> StoreResult<Option<Placement>> {
+        let reply: Option<(String, i64, i64, i64)> = self
+            .scripts
+            .place
+            .key(self.key(&["session", session_id]))
+            .key(self.key(&["placeable"]))
+            .key(self.key(&["expiry"]))
+            .arg(&self.prefix)
+            .arg(session_id)
+            .arg(base)
+            .arg(expires_at_ms)
+            .arg(stale_node.unwrap_or(""))
+            .invoke_async(&mut self.conn())
+            .await
+            .context("placing a session in Redis")?;
+        Ok(reply.map(|(node, base, exp, created)| Placement {
+            mapping: Mapping {
+                node,
+                base,
+                expires_at_ms: exp,
+            },
+            created: created == 1,
+        }))
+    }
+
+    /// Drops every session still mapped to `address`. Returns their ids.
+    pub async fn unmap_node(&self, address: &str) -> StoreResult<Vec<String>> {
+        self.scripts
+            .unmap_node
+            .key(self.key(&["node_sessions", address]))
+            .key(self.key(&["node", address]))
+            .key(self.key(&["expiry"]))
+            .key(self.key(&["placeable"]))
+            .arg(&self.prefix)
+            .arg(address)
+            .invoke_async(&mut self.conn())
+            .await
+            .context("unmapping a node's sessions in Redis")
+    }
+
+    /// Ids of the sessions mapped to a node.
+    pub async fn node_sessions(&self, address: &str) -> StoreResult<Vec<String>> {
+        self.conn()
+            .smembers(self.key(&["node_sessions", address]))
+            .await
+            .context("listing a node's sessions in Redis")
+    }
+}
