@@ -30,6 +30,13 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
                 _ => ApiError::bad_request("bad_body", rejection.body_text()),
             }
         })?;
+        // serde would read `["u1"]` as a struct too; our bodies are objects.
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(ApiError::bad_request(
+                "invalid_json",
+                "the body must be a JSON object",
+            ));
+        }
         serde_json::from_slice(&bytes)
             .map(JsonBody)
             .map_err(|e| ApiError::bad_request("invalid_json", format!("invalid JSON body: {e}")))

@@ -1,0 +1,177 @@
+//! Node administration: add, remove, list, auth (DESIGN §3).
+
+mod common;
+
+use common::{spawn_app, spawn_cluster, unique, TestNode};
+use serde_json::json;
+
+#[tokio::test]
+async fn adding_a_node_twice_is_idempotent_and_addresses_are_normalised() {
+    let app = spawn_app().await;
+    let node = TestNode::start("n1", false);
+    app.add_node(&node.address, "n1").await;
+    // Same node, other spelling: upper-case host, trailing slash.
+    let shouted = format!("{}/", node.address.to_uppercase());
+    let (status, body) = app
+        .node_command(json!({ "action": "add", "address": shouted }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["message"], "OK");
+    let nodes = app.nodes().await;
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    assert_eq!(nodes[0]["address"], node.address.as_str());
+    assert_eq!(nodes[0]["name"], "n1");
+    assert_eq!(nodes[0]["state"], "up");
+    assert_eq!(nodes[0]["weight"], 1);
+    assert_eq!(nodes[0]["active_sessions"], 0);
+    assert_eq!(nodes[0]["in_flight"], 0);
+}
+
+#[tokio::test]
+async fn adding_a_node_again_keeps_its_sessions_and_counts() {
+    let (app, nodes) = spawn_cluster(1).await;
+    let session = unique("keep");
+    assert_eq!(app.press(&session).await.clicks(), 1);
+    app.add_node(&nodes[0].address, "n1").await;
+    assert_eq!(app.press(&session).await.clicks(), 2);
+}
+
+#[tokio::test]
+async fn removing_an_unknown_node_is_404() {
+    let app = spawn_app().await;
+    let (status, body) = app
+        .node_command(json!({ "action": "remove", "address": "http://127.0.0.1:9" }))
+        .await;
+    assert_eq!(status, 404);
+    assert_eq!(body["code"], "not_found");
+}
+
+#[tokio::test]
+async fn admin_endpoints_need_the_bearer_token() {
+    let app = spawn_app().await;
+    let add = json!({ "action": "add", "address": "http://127.0.0.1:9" });
+    for token in [None, Some("wrong"), Some("")] {
+        let mut request = app.http.post(format!("{}/node", app.address)).json(&add);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 401, "token {token:?}");
+        let body: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(body["code"], "unauthorized");
+        let list = app.http.get(format!("{}/nodes", app.address));
+        let list = match token {
+            Some(t) => list.bearer_auth(t),
+            None => list,
+        };
+        assert_eq!(list.send().await.unwrap().status(), 401);
+    }
+    assert!(
+        app.nodes().await.is_empty(),
+        "an unauthorised add registered a node"
+    );
+}
+
+#[tokio::test]
+async fn bad_node_commands_are_400_and_register_nothing() {
+    let app = spawn_app().await;
+    let cases = [
+        json!({ "action": "explode", "address": "http://127.0.0.1:9" }),
+        json!({ "action": "add", "address": "127.0.0.1:9" }),
+        json!({ "action": "add", "address": "ftp://127.0.0.1:9" }),
+        json!({ "action": "add", "address": "http://user:pw@127.0.0.1:9" }),
+        json!({ "action": "add", "address": "http://127.0.0.1:9/path" }),
+        json!({ "action": "add", "address": "http://127.0.0.1:9?q=1" }),
+        json!({ "action": "add", "address": "http://127.0.0.1:9#f" }),
+        json!({ "action": "add", "address": "" }),
+        json!({ "action": "add", "address": "http://127.0.0.1:9", "weight": 0 }),
+        json!({ "action": "add" }),
+        json!({ "address": "http://127.0.0.1:9" }),
+        json!({ "action": "add", "address": 42 }),
+    ];
+    for case in cases {
+        let (status, body) = app.node_command(case.clone()).await;
+        assert_eq!(status, 400, "{case} -> {body}");
+        assert!(
+            body["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{body}"
+        );
+    }
+    assert!(app.nodes().await.is_empty());
+}
+
+#[tokio::test]
+async fn an_unreachable_node_is_registered_down_and_takes_no_sessions() {
+    let (app, _nodes) = spawn_cluster(1).await;
+    app.add_node("http://127.0.0.1:9", "ghost").await;
+    let ghost = app
+        .nodes()
+        .await
+        .into_iter()
+        .find(|n| n["name"] == "ghost")
+        .unwrap();
+    assert_eq!(ghost["state"], "down");
+    for i in 0..10 {
+        let answer = app.press(&format!("{}-{i}", unique("ghost"))).await;
+        assert_eq!(answer.served_by.as_deref(), Some("n1"));
+    }
+}
+
+#[tokio::test]
+async fn removing_a_node_archives_its_sessions_which_continue_elsewhere() {
+    let (app, nodes) = spawn_cluster(2).await;
+    let tag = unique("remove");
+    let sessions: Vec<String> = (0..20).map(|i| format!("{tag}-{i}")).collect();
+    for session in &sessions {
+        for _ in 0..3 {
+            app.press(session).await;
+        }
+    }
+    let removed = &nodes[0];
+    let body = app.remove_node(&removed.address).await;
+    assert_eq!(body["message"], "OK");
+    assert_eq!(body["archived"], true);
+    assert_eq!(
+        removed.node.session_count().await,
+        0,
+        "the node was not cleaned"
+    );
+    let remaining = app.nodes().await;
+    assert_eq!(remaining.len(), 1);
+    for session in &sessions {
+        let answer = app.press(session).await;
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.clicks(), 4, "{session} lost or gained clicks");
+        assert_eq!(answer.served_by.as_deref(), Some("n2"));
+    }
+    let total = app.ctx.archive.total(&sessions[0]).await.unwrap();
+    assert!(
+        total.is_some(),
+        "sessions of the removed node were archived"
+    );
+    assert_eq!(app.nodes().await[0]["active_sessions"], 20);
+}
+
+#[tokio::test]
+async fn removing_a_dead_node_still_removes_it() {
+    let (app, mut nodes) = spawn_cluster(2).await;
+    nodes[0].kill();
+    let body = app.remove_node(&nodes[0].address).await;
+    assert_eq!(body["archived"], false);
+    assert_eq!(app.nodes().await.len(), 1);
+}
+
+#[tokio::test]
+async fn node_names_and_weights_are_kept() {
+    let app = spawn_app().await;
+    let node = TestNode::start("alpha", false);
+    let (status, _) = app
+        .node_command(
+            json!({ "action": "add", "address": node.address, "name": "alpha", "weight": 5 }),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let nodes = app.nodes().await;
+    assert_eq!(nodes[0]["name"], "alpha");
+    assert_eq!(nodes[0]["weight"], 5);
+}

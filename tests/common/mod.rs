@@ -1,0 +1,234 @@
+//! Test harness: a real Redis, a real Postgres, real HTTP on ephemeral ports.
+//! Every test gets its own Redis key prefix and its own session ids, so tests
+//! run in parallel against the same servers without seeing each other.
+#![allow(dead_code)]
+
+pub mod node;
+pub mod proxy;
+
+use std::time::Duration;
+
+use nodes_control::http::ApiContext;
+use nodes_control::{Application, Config};
+use serde_json::Value;
+use sqlx::{Connection, Executor, PgConnection};
+use tokio::sync::OnceCell;
+
+#[allow(unused_imports)]
+pub use node::TestNode;
+#[allow(unused_imports)]
+pub use proxy::TcpProxy;
+
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+pub fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// The test database (created and migrated once per test binary).
+pub fn database_url() -> String {
+    std::env::var("TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/nodes_control_test".into())
+}
+
+static DATABASE: OnceCell<()> = OnceCell::const_new();
+
+pub async fn ensure_database() {
+    DATABASE
+        .get_or_init(|| async {
+            let url = database_url();
+            let (server, name) = url.rsplit_once('/').expect("database url has a name");
+            let mut admin = PgConnection::connect(&format!("{server}/postgres"))
+                .await
+                .expect("Postgres answers on 127.0.0.1:5432");
+            let exists: bool =
+                sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+                    .bind(name)
+                    .fetch_one(&mut admin)
+                    .await
+                    .unwrap();
+            if !exists {
+                // Another test binary may create it at the same moment.
+                let _ = admin
+                    .execute(format!("CREATE DATABASE \"{name}\"").as_str())
+                    .await;
+            }
+            let pool = sqlx::PgPool::connect(&url).await.unwrap();
+            nodes_control::archive::Archive::from_pool(pool)
+                .migrate()
+                .await
+                .unwrap();
+        })
+        .await;
+}
+
+/// A unique tag for this test's keys and session ids.
+pub fn unique(tag: &str) -> String {
+    format!("{tag}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// A configuration for one test: its own key prefix, quick health checks.
+pub fn test_config() -> Config {
+    let mut config = Config::new(&database_url(), &redis_url(), ADMIN_TOKEN);
+    config.redis_key_prefix = format!("{}:", unique("test"));
+    config.health_check_interval_ms = 200;
+    config.node_timeout_ms = 2000;
+    config
+}
+
+pub struct TestApp {
+    pub address: String,
+    pub config: Config,
+    pub ctx: ApiContext,
+    pub http: reqwest::Client,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(test_config()).await
+}
+
+pub async fn spawn_app_with(config: Config) -> TestApp {
+    ensure_database().await;
+    let app = Application::build(config.clone())
+        .await
+        .expect("application builds");
+    let address = format!("http://127.0.0.1:{}", app.port());
+    let ctx = app.context();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(app.run_until_stopped(async {
+        let _ = rx.await;
+    }));
+    TestApp {
+        address,
+        config,
+        ctx,
+        http: reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap(),
+        shutdown: Some(tx),
+    }
+}
+
+/// One answer of `POST /press`.
+#[derive(Debug, Clone)]
+pub struct PressAnswer {
+    pub status: u16,
+    pub body: String,
+    pub served_by: Option<String>,
+}
+
+impl PressAnswer {
+    /// The count in `You clicked N times`.
+    pub fn clicks(&self) -> i64 {
+        self.body
+            .strip_prefix("You clicked ")
+            .and_then(|r| r.strip_suffix(" times"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("not a click answer: {} {}", self.status, self.body))
+    }
+}
+
+impl TestApp {
+    pub async fn press(&self, session_id: &str) -> PressAnswer {
+        let response = self
+            .http
+            .post(format!("{}/press", self.address))
+            .json(&serde_json::json!({ "session_id": session_id }))
+            .send()
+            .await
+            .expect("balancer answers");
+        let status = response.status().as_u16();
+        let served_by = response
+            .headers()
+            .get("x-served-by")
+            .map(|v| v.to_str().unwrap().to_owned());
+        PressAnswer {
+            status,
+            body: response.text().await.unwrap(),
+            served_by,
+        }
+    }
+
+    /// `POST /node` with the admin token; returns status and JSON body.
+    pub async fn node_command(&self, body: Value) -> (u16, Value) {
+        let response = self
+            .http
+            .post(format!("{}/node", self.address))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn add_node(&self, address: &str, name: &str) {
+        let (status, body) = self
+            .node_command(serde_json::json!({ "action": "add", "address": address, "name": name }))
+            .await;
+        assert_eq!(status, 200, "adding {address}: {body}");
+    }
+
+    pub async fn remove_node(&self, address: &str) -> Value {
+        let (status, body) = self
+            .node_command(serde_json::json!({ "action": "remove", "address": address }))
+            .await;
+        assert_eq!(status, 200, "removing {address}: {body}");
+        body
+    }
+
+    pub async fn nodes(&self) -> Vec<Value> {
+        let response = self
+            .http
+            .get(format!("{}/nodes", self.address))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        response.json().await.unwrap()
+    }
+
+    /// Active sessions per node name, from `GET /nodes`.
+    pub async fn active_sessions(&self) -> Vec<(String, i64)> {
+        self.nodes()
+            .await
+            .iter()
+            .map(|n| {
+                (
+                    n["name"].as_str().unwrap().to_owned(),
+                    n["active_sessions"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// Starts `n` reference nodes and an app with all of them registered.
+pub async fn spawn_cluster(n: usize) -> (TestApp, Vec<TestNode>) {
+    let app = spawn_app().await;
+    let nodes = start_nodes(&app, n, false).await;
+    (app, nodes)
+}
+
+pub async fn start_nodes(app: &TestApp, n: usize, clean_all: bool) -> Vec<TestNode> {
+    ensure_database().await;
+    let mut nodes = Vec::new();
+    for i in 0..n {
+        let node = TestNode::start(&format!("n{}", i + 1), clean_all);
+        app.add_node(&node.address, &node.name).await;
+        nodes.push(node);
+    }
+    nodes
+}
