@@ -1,0 +1,171 @@
+//! Node failure, Redis and Postgres outages (DESIGN §3, §4.5, §4.8).
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{spawn_app_with, spawn_cluster, start_nodes, test_config, unique, TcpProxy};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_node_s_sessions_continue_on_the_others_without_client_errors() {
+    let (app, mut nodes) = spawn_cluster(3).await;
+    let app = Arc::new(app);
+    let tag = unique("kill");
+    let sessions: Vec<String> = (0..30).map(|i| format!("{tag}-{i}")).collect();
+    // Each worker presses its own sessions in turn, so every session's
+    // answers arrive in order and can be checked one by one.
+    let workers: Vec<_> = sessions
+        .chunks(3)
+        .map(|chunk| {
+            let app = app.clone();
+            let chunk = chunk.to_vec();
+            tokio::spawn(async move {
+                let mut seen: HashMap<String, Vec<(i64, String)>> = HashMap::new();
+                for _ in 0..40 {
+                    for session in &chunk {
+                        let answer = app.press(session).await;
+                        assert_eq!(answer.status, 200, "client saw an error: {answer:?}");
+                        seen.entry(session.clone())
+                            .or_default()
+                            .push((answer.clicks(), answer.served_by.unwrap()));
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                seen
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let victim = nodes[0].name.clone();
+    nodes[0].kill();
+    let mut moved = 0;
+    for worker in workers {
+        for (session, answers) in worker.await.unwrap() {
+            let served: Vec<&str> = answers.iter().map(|(_, n)| n.as_str()).collect();
+            let switch = served.iter().position(|n| *n != served[0]).unwrap_or(served.len());
+            if served[0] == victim.as_str() {
+                moved += usize::from(switch < served.len());
+            }
+            // Before the failure: exactly 1, 2, 3, ... on one node.
+            for (i, (clicks, _)) in answers[..switch].iter().enumerate() {
+                assert_eq!(*clicks, i as i64 + 1, "{session}: {answers:?}");
+            }
+            // After it: one new node, counting on from the archived total
+            // (nothing was archived here, so from 1), never above the truth.
+            let rest = &answers[switch..];
+            for (i, (clicks, node)) in rest.iter().enumerate() {
+                assert_ne!(node, &victim, "{session} went back to the dead node");
+                assert_eq!(node, &rest[0].1, "{session} moved twice: {answers:?}");
+                assert_eq!(*clicks, i as i64 + 1, "{session}: {answers:?}");
+            }
+        }
+    }
+    assert!(moved >= 5, "the victim should have held about a third of 30 sessions, {moved} moved");
+    let down = app.nodes().await.into_iter().find(|n| n["name"] == victim.as_str()).unwrap();
+    assert_eq!(down["state"], "down");
+}
+
+#[tokio::test]
+async fn a_redis_outage_is_a_503_and_presses_resume_when_it_returns() {
+    let redis = TcpProxy::start("127.0.0.1:6379".parse().unwrap()).await;
+    let mut config = test_config();
+    config.redis_url = format!("redis://{}", redis.addr);
+    let app = spawn_app_with(config).await;
+    let _nodes = start_nodes(&app, 2, false).await;
+    let session = unique("redis-outage");
+    assert_eq!(app.press(&session).await.clicks(), 1);
+
+    redis.cut();
+    let answer = app.press(&session).await;
+    assert_eq!(answer.status, 503, "{answer:?}");
+    let body: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
+    assert_eq!(body["code"], "redis_unavailable");
+    let ready = app.http.get(format!("{}/readyz", app.address)).send().await.unwrap();
+    assert_eq!(ready.status(), 503);
+
+    redis.restore();
+    let answer = eventually_ok(|| app.press(&session)).await;
+    assert_eq!(answer.clicks(), 2, "the count must survive the outage");
+}
+
+#[tokio::test]
+async fn a_postgres_outage_blocks_restores_with_503_and_never_restarts_from_zero() {
+    let postgres = TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
+    common::ensure_database().await;
+    let mut config = test_config();
+    let db_name = common::database_url().rsplit_once('/').unwrap().1.to_owned();
+    config.database_url = format!("postgres://postgres@{}/{db_name}", postgres.addr);
+    let app = spawn_app_with(config).await;
+    let nodes = start_nodes(&app, 2, false).await;
+    let session = unique("pg-outage");
+    for expected in 1..=3 {
+        assert_eq!(app.press(&session).await.clicks(), expected);
+    }
+    let home = app.press(&session).await;
+    assert_eq!(home.clicks(), 4);
+    let home = nodes.iter().find(|n| Some(&n.name) == home.served_by.as_ref()).unwrap();
+    // Removing the node archives the session (the node writes straight to
+    // Postgres); its next press must restore it from the archive.
+    app.remove_node(&home.address).await;
+
+    postgres.cut();
+    let answer = app.press(&session).await;
+    assert_eq!(answer.status, 503, "{answer:?}");
+    let body: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
+    assert_eq!(body["code"], "archive_unavailable");
+    // A brand-new id may have history in the archive too: same answer.
+    assert_eq!(app.press(&unique("pg-new")).await.status, 503);
+
+    postgres.restore();
+    let answer = eventually_ok(|| app.press(&session)).await;
+    assert_eq!(answer.clicks(), 5, "restored from the archived total, not from zero");
+}
+
+#[tokio::test]
+async fn a_node_that_comes_back_is_wiped_before_it_takes_sessions_again() {
+    let (app, nodes) = spawn_cluster(2).await;
+    let tag = unique("flap");
+    for i in 0..10 {
+        app.press(&format!("{tag}-{i}")).await;
+    }
+    let n1 = &nodes[0];
+    assert!(n1.node.session_count().await > 0);
+    // The node "failed" (as a timeout would make it) but is alive, holding
+    // counts that are stale now.
+    let entry = app.ctx.admin.table().get(&n1.address).unwrap();
+    app.ctx.admin.mark_down(&entry).await;
+    for i in 0..10 {
+        let answer = app.press(&format!("{tag}-{i}")).await;
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.served_by.as_deref(), Some("n2"));
+    }
+    // The health checker sees it answer, wipes it and brings it back.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let state = app.nodes().await.into_iter().find(|n| n["name"] == "n1").unwrap()["state"].clone();
+        if state == "up" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "n1 never came back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(n1.node.session_count().await, 0, "a recovered node must be wiped");
+}
+
+async fn eventually_ok<F, Fut>(mut press: F) -> common::PressAnswer
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = common::PressAnswer>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let answer = press().await;
+        if answer.status == 200 || tokio::time::Instant::now() > deadline {
+            assert_eq!(answer.status, 200, "did not recover: {answer:?}");
+            return answer;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
