@@ -54,11 +54,12 @@ impl Application {
             .await
             .with_context(|| format!("binding LISTEN_ADDR {}", config.listen_addr))?;
         let ctx = ApiContext {
-            sessions,
-            admin: admin.clone(),
+            sessions: Arc::new(sessions),
+            admin: Arc::new(admin.clone()),
             store,
             archive,
             admin_token: admin_token.into(),
+            metrics: crate::telemetry::metrics_handle(),
         };
         if let Err(error) = admin.refresh().await {
             warn!(%error, "Redis is not reachable at start-up; serving 503 until it is");

@@ -122,11 +122,16 @@ async fn removing_a_node_archives_its_sessions_which_continue_elsewhere() {
     let (app, nodes) = spawn_cluster(2).await;
     let tag = unique("remove");
     let sessions: Vec<String> = (0..20).map(|i| format!("{tag}-{i}")).collect();
+    let mut on_removed = Vec::new();
     for session in &sessions {
         for _ in 0..3 {
-            app.press(session).await;
+            if app.press(session).await.served_by.as_deref() == Some("n1") {
+                on_removed.push(session.clone());
+            }
         }
     }
+    on_removed.dedup();
+    assert!(!on_removed.is_empty());
     let removed = &nodes[0];
     let body = app.remove_node(&removed.address).await;
     assert_eq!(body["message"], "OK");
@@ -144,11 +149,14 @@ async fn removing_a_node_archives_its_sessions_which_continue_elsewhere() {
         assert_eq!(answer.clicks(), 4, "{session} lost or gained clicks");
         assert_eq!(answer.served_by.as_deref(), Some("n2"));
     }
-    let total = app.ctx.archive.total(&sessions[0]).await.unwrap();
-    assert!(
-        total.is_some(),
-        "sessions of the removed node were archived"
-    );
+    for session in &on_removed {
+        let total = app.ctx.archive.total(session).await.unwrap();
+        assert_eq!(
+            total,
+            Some(3),
+            "{session} was archived with its 3 clicks before moving"
+        );
+    }
     assert_eq!(app.nodes().await[0]["active_sessions"], 20);
 }
 
@@ -174,4 +182,19 @@ async fn node_names_and_weights_are_kept() {
     let nodes = app.nodes().await;
     assert_eq!(nodes[0]["name"], "alpha");
     assert_eq!(nodes[0]["weight"], 5);
+}
+
+#[tokio::test]
+async fn a_node_added_without_a_name_takes_the_name_it_reports() {
+    let app = spawn_app().await;
+    let node = TestNode::start("reported-name", false);
+    let (status, _) = app
+        .node_command(json!({ "action": "add", "address": node.address }))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(app.nodes().await[0]["name"], "reported-name");
+    assert_eq!(
+        app.press(&unique("named")).await.served_by.as_deref(),
+        Some("reported-name")
+    );
 }

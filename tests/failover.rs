@@ -44,7 +44,10 @@ async fn a_killed_node_s_sessions_continue_on_the_others_without_client_errors()
     for worker in workers {
         for (session, answers) in worker.await.unwrap() {
             let served: Vec<&str> = answers.iter().map(|(_, n)| n.as_str()).collect();
-            let switch = served.iter().position(|n| *n != served[0]).unwrap_or(served.len());
+            let switch = served
+                .iter()
+                .position(|n| *n != served[0])
+                .unwrap_or(served.len());
             if served[0] == victim.as_str() {
                 moved += usize::from(switch < served.len());
             }
@@ -62,8 +65,16 @@ async fn a_killed_node_s_sessions_continue_on_the_others_without_client_errors()
             }
         }
     }
-    assert!(moved >= 5, "the victim should have held about a third of 30 sessions, {moved} moved");
-    let down = app.nodes().await.into_iter().find(|n| n["name"] == victim.as_str()).unwrap();
+    assert!(
+        moved >= 5,
+        "the victim should have held about a third of 30 sessions, {moved} moved"
+    );
+    let down = app
+        .nodes()
+        .await
+        .into_iter()
+        .find(|n| n["name"] == victim.as_str())
+        .unwrap();
     assert_eq!(down["state"], "down");
 }
 
@@ -82,7 +93,12 @@ async fn a_redis_outage_is_a_503_and_presses_resume_when_it_returns() {
     assert_eq!(answer.status, 503, "{answer:?}");
     let body: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
     assert_eq!(body["code"], "redis_unavailable");
-    let ready = app.http.get(format!("{}/readyz", app.address)).send().await.unwrap();
+    let ready = app
+        .http
+        .get(format!("{}/readyz", app.address))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(ready.status(), 503);
 
     redis.restore();
@@ -95,7 +111,11 @@ async fn a_postgres_outage_blocks_restores_with_503_and_never_restarts_from_zero
     let postgres = TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
     common::ensure_database().await;
     let mut config = test_config();
-    let db_name = common::database_url().rsplit_once('/').unwrap().1.to_owned();
+    let db_name = common::database_url()
+        .rsplit_once('/')
+        .unwrap()
+        .1
+        .to_owned();
     config.database_url = format!("postgres://postgres@{}/{db_name}", postgres.addr);
     let app = spawn_app_with(config).await;
     let nodes = start_nodes(&app, 2, false).await;
@@ -105,7 +125,10 @@ async fn a_postgres_outage_blocks_restores_with_503_and_never_restarts_from_zero
     }
     let home = app.press(&session).await;
     assert_eq!(home.clicks(), 4);
-    let home = nodes.iter().find(|n| Some(&n.name) == home.served_by.as_ref()).unwrap();
+    let home = nodes
+        .iter()
+        .find(|n| Some(&n.name) == home.served_by.as_ref())
+        .unwrap();
     // Removing the node archives the session (the node writes straight to
     // Postgres); its next press must restore it from the archive.
     app.remove_node(&home.address).await;
@@ -120,7 +143,11 @@ async fn a_postgres_outage_blocks_restores_with_503_and_never_restarts_from_zero
 
     postgres.restore();
     let answer = eventually_ok(|| app.press(&session)).await;
-    assert_eq!(answer.clicks(), 5, "restored from the archived total, not from zero");
+    assert_eq!(
+        answer.clicks(),
+        5,
+        "restored from the archived total, not from zero"
+    );
 }
 
 #[tokio::test]
@@ -144,14 +171,24 @@ async fn a_node_that_comes_back_is_wiped_before_it_takes_sessions_again() {
     // The health checker sees it answer, wipes it and brings it back.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let state = app.nodes().await.into_iter().find(|n| n["name"] == "n1").unwrap()["state"].clone();
+        let state = app
+            .nodes()
+            .await
+            .into_iter()
+            .find(|n| n["name"] == "n1")
+            .unwrap()["state"]
+            .clone();
         if state == "up" {
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "n1 never came back");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(n1.node.session_count().await, 0, "a recovered node must be wiped");
+    assert_eq!(
+        n1.node.session_count().await,
+        0,
+        "a recovered node must be wiped"
+    );
 }
 
 async fn eventually_ok<F, Fut>(mut press: F) -> common::PressAnswer

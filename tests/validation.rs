@@ -116,3 +116,22 @@ async fn the_server_refuses_to_start_without_an_admin_token() {
     config.admin_token = Some("   ".into());
     assert!(nodes_control::Application::build(config).await.is_err());
 }
+
+#[tokio::test]
+async fn metrics_are_served_in_prometheus_text_format() {
+    let (app, _nodes) = spawn_cluster(1).await;
+    app.press(&unique("metrics")).await;
+    let response = app
+        .http
+        .get(format!("{}/metrics", app.address))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    assert!(text.contains("nodes_control_presses_total"), "{text}");
+    assert!(
+        text.contains("nodes_control_press_duration_seconds_bucket"),
+        "{text}"
+    );
+}

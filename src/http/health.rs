@@ -5,6 +5,18 @@ use serde_json::{json, Value};
 
 use super::ApiContext;
 
+/// Prometheus text format.
+pub async fn metrics(State(ctx): State<ApiContext>) -> impl axum::response::IntoResponse {
+    ctx.metrics.run_upkeep();
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        ctx.metrics.render(),
+    )
+}
+
 /// Liveness: the process answers.
 pub async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))

@@ -22,14 +22,16 @@ use crate::nodes::NodeAdmin;
 use crate::session::SessionService;
 use crate::store::SessionStore;
 
-/// Everything a handler may need; cheap to clone.
+/// Everything a handler may need. axum clones the state for every request,
+/// so the services sit behind `Arc`s: a clone is a few reference counts.
 #[derive(Clone)]
 pub struct ApiContext {
-    pub sessions: SessionService,
-    pub admin: NodeAdmin,
+    pub sessions: Arc<SessionService>,
+    pub admin: Arc<NodeAdmin>,
     pub store: SessionStore,
     pub archive: Archive,
     pub admin_token: Arc<str>,
+    pub metrics: metrics_exporter_prometheus::PrometheusHandle,
 }
 
 pub fn router(ctx: ApiContext) -> Router {
@@ -39,6 +41,7 @@ pub fn router(ctx: ApiContext) -> Router {
         .route("/nodes", get(nodes::list))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(TraceLayer::new_for_http())

@@ -21,7 +21,13 @@ pub async fn press(
     JsonBody(body): JsonBody<PressRequest>,
 ) -> Result<Response, ApiError> {
     let id = SessionId::parse(body.session_id)?;
-    let pressed = ctx.sessions.press(&id).await?;
+    let started = std::time::Instant::now();
+    let result = ctx.sessions.press(&id).await;
+    metrics::histogram!("nodes_control_press_duration_seconds")
+        .record(started.elapsed().as_secs_f64());
+    let outcome = if result.is_ok() { "ok" } else { "error" };
+    metrics::counter!("nodes_control_presses_total", "outcome" => outcome).increment(1);
+    let pressed = result?;
     let message = format!("You clicked {} times", pressed.clicks);
     let mut response = if wants_json(&headers) {
         Json(json!({ "session_id": id.as_str(), "clicks": pressed.clicks, "message": message }))

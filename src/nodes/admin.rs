@@ -102,13 +102,9 @@ impl NodeAdmin {
         if weight == 0 || weight > MAX_WEIGHT {
             return Err(AdminError::Weight);
         }
-        let name = match name {
-            Some(n) if n.is_empty() || n.len() > 255 || n.chars().any(char::is_control) => {
-                return Err(AdminError::Name)
-            }
-            Some(n) => n.to_owned(),
-            None => address.host_port(),
-        };
+        if name.is_some_and(|n| n.is_empty() || n.len() > 255 || n.chars().any(char::is_control)) {
+            return Err(AdminError::Name);
+        }
         if let Some(existing) = self.store.get_node(address.as_str()).await? {
             self.table.upsert(&existing);
             return Ok(existing);
@@ -119,13 +115,18 @@ impl NodeAdmin {
                 self.table.upsert(&existing);
                 return Ok(existing);
             }
-            let state = match self.wipe(addr).await {
-                Ok(()) => NodeState::Up,
+            let (state, reported_name) = match self.wipe(addr).await {
+                Ok(reported) => (NodeState::Up, reported),
                 Err(error) => {
                     warn!(node = %addr, %error, "new node does not answer; registering it down");
-                    NodeState::Down
+                    (NodeState::Down, None)
                 }
             };
+            // The admin's name, else the node's own, else host:port.
+            let name = name
+                .map(str::to_owned)
+                .or(reported_name)
+                .unwrap_or_else(|| address.host_port());
             let record = NodeRecord {
                 address: addr.to_owned(),
                 name,
@@ -238,7 +239,10 @@ impl NodeAdmin {
             .set_node_state(&entry.address, NodeState::Down, &[NodeState::Up])
             .await
         {
-            Ok(Some(_)) => warn!(node = %entry.address, name = %entry.name, "node marked down"),
+            Ok(Some(_)) => {
+                metrics::counter!("nodes_control_nodes_marked_down_total").increment(1);
+                warn!(node = %entry.address, name = %entry.name, "node marked down");
+            }
             Ok(None) => {}
             Err(error) => {
                 warn!(node = %entry.address, %error, "could not record the node down in Redis")
@@ -269,9 +273,11 @@ impl NodeAdmin {
         .await
     }
 
-    async fn wipe(&self, addr: &str) -> Result<(), NodeCallError> {
-        self.client.health(addr).await?;
-        self.client.clean(addr, false, None).await.map(|_| ())
+    /// Health check, then `/clean archive=false`; returns the node's own name.
+    async fn wipe(&self, addr: &str) -> Result<Option<String>, NodeCallError> {
+        let name = self.client.health(addr).await?;
+        self.client.clean(addr, false, None).await?;
+        Ok(name)
     }
 
     async fn with_node_lock<T>(

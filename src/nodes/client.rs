@@ -135,19 +135,23 @@ impl NodeClient {
         Ok(CleanOutcome::All)
     }
 
-    /// `GET /health`: any 2xx within the timeout is healthy.
-    pub async fn health(&self, address: &str) -> Result<(), NodeCallError> {
+    /// `GET /health`: any 2xx within the timeout is healthy. Returns the
+    /// name the node reports (`{"name":..}`, as the reference node does), if any.
+    pub async fn health(&self, address: &str) -> Result<Option<String>, NodeCallError> {
         let response = self
             .admin
             .get(format!("{address}/health"))
             .send()
             .await
             .map_err(reqwest_error)?;
-        if response.status().is_success() {
-            Ok(())
-        } else {
-            Err(NodeCallError::Status(response.status()))
+        if !response.status().is_success() {
+            return Err(NodeCallError::Status(response.status()));
         }
+        let body = response.text().await.unwrap_or_default();
+        Ok(serde_json::from_str::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v.get("name")?.as_str().map(str::to_owned))
+            .filter(|n| !n.is_empty() && n.len() <= 255 && !n.chars().any(char::is_control)))
     }
 }
 

@@ -44,6 +44,10 @@ impl HealthChecker {
         let results = futures::future::join_all(probes).await;
         let mut report = HealthReport::default();
         for (entry, result) in entries.iter().zip(results) {
+            let up = f64::from(u8::from(result.is_ok()));
+            metrics::gauge!("nodes_control_node_healthy", "node" => entry.name.clone()).set(up);
+            metrics::gauge!("nodes_control_node_in_flight", "node" => entry.name.clone())
+                .set(entry.in_flight() as f64);
             let (fails, oks) = if result.is_ok() {
                 entry.health_fails.store(0, Ordering::Relaxed);
                 (0, entry.health_oks.fetch_add(1, Ordering::Relaxed) + 1)

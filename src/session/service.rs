@@ -114,6 +114,7 @@ impl SessionService {
                         return Err(PressError::NodeFailed { node, source });
                     }
                     failed = Some((entry.address.clone(), error));
+                    metrics::counter!("nodes_control_failovers_total").increment(1);
                     // Retry once on a newly placed node.
                     mapping = Some(self.place(id, Some(&entry.address)).await?);
                 }
@@ -137,6 +138,7 @@ impl SessionService {
             .await?
             .ok_or(PressError::NoNode)?;
         if placement.created {
+            metrics::counter!("nodes_control_sessions_placed_total").increment(1);
             debug!(session = %id, node = %placement.mapping.node, base, "session placed");
         }
         Ok(placement.mapping)

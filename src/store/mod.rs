@@ -51,7 +51,7 @@ impl<T> Context<T> for redis::RedisResult<T> {
 #[derive(Clone)]
 pub struct SessionStore {
     conn: ConnectionManager,
-    prefix: String,
+    prefix: std::sync::Arc<str>,
     scripts: std::sync::Arc<Scripts>,
 }
 
@@ -76,7 +76,7 @@ impl SessionStore {
             .context("creating the Redis connection manager")?;
         Ok(Self {
             conn,
-            prefix: prefix.to_owned(),
+            prefix: prefix.into(),
             scripts: std::sync::Arc::new(Scripts {
                 place: redis::Script::new(include_str!("place.lua")),
                 register_node: redis::Script::new(include_str!("register_node.lua")),

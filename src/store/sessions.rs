@@ -56,7 +56,7 @@ impl SessionStore {
             .key(self.key(&["session", session_id]))
             .key(self.key(&["placeable"]))
             .key(self.key(&["expiry"]))
-            .arg(&self.prefix)
+            .arg(self.prefix.as_ref())
             .arg(session_id)
             .arg(base)
             .arg(expires_at_ms)
@@ -82,7 +82,7 @@ impl SessionStore {
             .key(self.key(&["node", address]))
             .key(self.key(&["expiry"]))
             .key(self.key(&["placeable"]))
-            .arg(&self.prefix)
+            .arg(self.prefix.as_ref())
             .arg(address)
             .invoke_async(&mut self.conn())
             .await

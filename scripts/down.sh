@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Stops what scripts/up.sh started.
+set -u
+cd "$(dirname "$0")/.."
+for pid in .run/*.pid; do
+    [ -e "$pid" ] || continue
+    kill "$(cat "$pid")" 2>/dev/null || true
+    rm -f "$pid"
+done
+echo "stopped"
