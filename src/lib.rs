@@ -4,6 +4,7 @@
 pub mod archive;
 pub mod config;
 pub mod http;
+pub mod lifecycle;
 pub mod nodes;
 pub mod session;
 pub mod startup;

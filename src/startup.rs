@@ -2,6 +2,7 @@
 //! server together from a [`Config`].
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::net::TcpListener;
@@ -11,6 +12,7 @@ use tracing::{info, warn};
 use crate::archive::Archive;
 use crate::config::Config;
 use crate::http::{self, ApiContext};
+use crate::lifecycle::{FenceWatcher, NodeCleaner, Sweeper};
 use crate::nodes::{HealthChecker, NodeAdmin, NodeClient, NodeTable};
 use crate::session::SessionService;
 use crate::store::SessionStore;
@@ -19,6 +21,8 @@ pub struct Application {
     listener: TcpListener,
     ctx: ApiContext,
     health: HealthChecker,
+    fences: FenceWatcher,
+    sweeper: Sweeper,
     config: Config,
 }
 
@@ -42,12 +46,22 @@ impl Application {
             .context("applying migrations to DATABASE_URL (is Postgres up?)")?;
         let client = NodeClient::new(config.node_timeout(), config.node_connect_timeout());
         let table = Arc::new(NodeTable::default());
-        let admin = NodeAdmin::new(store.clone(), archive.clone(), table, client.clone());
+        let cleaner = NodeCleaner::new(
+            store.clone(),
+            archive.clone(),
+            client.clone(),
+            table.clone(),
+            config.node_timeout(),
+        );
+        let sweeper = Sweeper::new(store.clone(), cleaner.clone());
+        let fences = FenceWatcher::new(store.clone(), table);
+        let admin = NodeAdmin::new(store.clone(), cleaner, client.clone());
         let sessions = SessionService::new(
             store.clone(),
             archive.clone(),
             admin.clone(),
             client.clone(),
+            sweeper.clone(),
             config.session_ttl(),
         );
         let listener = TcpListener::bind(&config.listen_addr)
@@ -64,6 +78,10 @@ impl Application {
         if let Err(error) = admin.refresh().await {
             warn!(%error, "Redis is not reachable at start-up; serving 503 until it is");
         }
+        // Join the replica set and honour raised fences before serving.
+        if let Err(error) = fences.poll_once().await {
+            warn!(%error, "could not read clean fences at start-up");
+        }
         for address in config.nodes.iter().filter(|a| !a.trim().is_empty()) {
             match admin.add(address, None, None).await {
                 Ok(node) => {
@@ -75,6 +93,8 @@ impl Application {
         Ok(Self {
             listener,
             health: HealthChecker::new(admin, client),
+            fences,
+            sweeper,
             ctx,
             config,
         })
@@ -89,18 +109,29 @@ impl Application {
         self.ctx.clone()
     }
 
-    /// Serves until `shutdown` resolves, with the health checker beside
-    /// the server; both stop together.
+    /// This replica's id in the replica set.
+    pub fn replica_id(&self) -> String {
+        self.fences.replica_id().to_owned()
+    }
+
+    /// The expiry sweep, for tests that run one step at a time they choose.
+    pub fn sweeper(&self) -> Sweeper {
+        self.sweeper.clone()
+    }
+
+    /// Serves until `shutdown` resolves, with the health checker, the fence
+    /// watcher and the sweeper beside the server; all stop together.
     pub async fn run_until_stopped(
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let cancel = CancellationToken::new();
-        let health = tokio::spawn(
-            self.health
-                .clone()
-                .run(self.config.health_check_interval(), cancel.clone()),
-        );
+        let sweep_interval = Duration::from_secs(self.config.sweep_interval_secs.max(1));
+        let background = [
+            tokio::spawn(self.health.clone().run(self.config.health_check_interval(), cancel.clone())),
+            tokio::spawn(self.fences.clone().run(cancel.clone())),
+            tokio::spawn(self.sweeper.clone().run(sweep_interval, cancel.clone())),
+        ];
         info!(addr = %self.listener.local_addr()?, "nodes-control listening");
         let server_cancel = cancel.clone();
         let result = axum::serve(self.listener, http::router(self.ctx))
@@ -112,7 +143,9 @@ impl Application {
             })
             .await;
         cancel.cancel();
-        let _ = health.await;
+        for task in background {
+            let _ = task.await;
+        }
         info!("nodes-control stopped");
         result
     }

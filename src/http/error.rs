@@ -6,7 +6,10 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
+use crate::archive::ArchiveError;
+use crate::lifecycle::CleanError;
 use crate::nodes::AdminError;
+use crate::store::StoreError;
 use crate::session::{PressError, SessionIdError};
 
 #[derive(Debug, thiserror::Error)]
@@ -83,27 +86,18 @@ impl From<SessionIdError> for ApiError {
 
 impl From<PressError> for ApiError {
     fn from(e: PressError) -> Self {
-        match &e {
-            PressError::NoNode => {
-                ApiError::unavailable("no_node_available", "no node is available")
-            }
+        match e {
+            PressError::NoNode => ApiError::unavailable("no_node_available", "no node is available"),
             PressError::NodeFailed { node, source } => {
                 tracing::error!(%node, error = %source, "press failed on two nodes");
                 ApiError::unavailable("no_node_available", "no node could serve the press")
             }
-            PressError::Store(source) => {
-                tracing::error!(error = %source, cause = %source.source, "Redis unavailable");
-                ApiError::unavailable(
-                    "redis_unavailable",
-                    "session state is unavailable; try again",
-                )
-            }
-            PressError::Archive(source) => {
-                tracing::error!(error = %source, cause = %source.source, "Postgres unavailable");
-                ApiError::unavailable(
-                    "archive_unavailable",
-                    "the session archive is unavailable; try again",
-                )
+            PressError::Store(source) => redis_unavailable(&source),
+            PressError::Archive(source) => archive_unavailable(&source),
+            PressError::Expire(source) => clean_failed(&source),
+            PressError::Fenced(node) => {
+                tracing::error!(%node, "press waited too long for a clean of its node");
+                ApiError::unavailable("node_busy", "the session's node is being cleaned; try again")
             }
         }
     }
@@ -117,20 +111,30 @@ impl From<AdminError> for ApiError {
             }
             AdminError::UnknownNode(_) => ApiError::NotFound(e.to_string()),
             AdminError::Busy(_) => ApiError::Conflict(e.to_string()),
-            AdminError::Store(source) => {
-                tracing::error!(error = %source, cause = %source.source, "Redis unavailable");
-                ApiError::unavailable(
-                    "redis_unavailable",
-                    "node registry is unavailable; try again",
-                )
-            }
-            AdminError::Archive(source) => {
-                tracing::error!(error = %source, cause = %source.source, "Postgres unavailable");
-                ApiError::unavailable(
-                    "archive_unavailable",
-                    "the session archive is unavailable; try again",
-                )
-            }
+            AdminError::Store(source) => redis_unavailable(&source),
+            AdminError::Archive(source) => archive_unavailable(&source),
+            AdminError::Clean(source) => clean_failed(&source),
         }
+    }
+}
+
+fn redis_unavailable(source: &StoreError) -> ApiError {
+    tracing::error!(error = %source, cause = %source.source, "Redis unavailable");
+    ApiError::unavailable("redis_unavailable", "session state is unavailable; try again")
+}
+
+fn archive_unavailable(source: &ArchiveError) -> ApiError {
+    tracing::error!(error = %source, cause = %source.source, "Postgres unavailable");
+    ApiError::unavailable("archive_unavailable", "the session archive is unavailable; try again")
+}
+
+/// A clean that could not run: most often the node could not archive
+/// because Postgres is down, so the session waits rather than restart.
+fn clean_failed(source: &CleanError) -> ApiError {
+    tracing::error!(error = %source, "clean failed");
+    match source {
+        CleanError::Store(store) => redis_unavailable(store),
+        CleanError::Archive(archive) => archive_unavailable(archive),
+        _ => ApiError::unavailable("clean_failed", "the node could not archive; try again"),
     }
 }

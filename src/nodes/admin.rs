@@ -3,7 +3,6 @@
 //! [`NodeTable`] right after; other replicas catch up on their next refresh.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::Serialize;
 use tracing::{info, warn};
@@ -11,15 +10,12 @@ use tracing::{info, warn};
 use super::address::{AddressError, NodeAddress};
 use super::client::{NodeCallError, NodeClient};
 use super::table::{NodeEntry, NodeTable};
-use crate::archive::{Archive, ArchiveError};
+use crate::archive::ArchiveError;
+use crate::lifecycle::lock::with_node_lock;
+use crate::lifecycle::{CleanError, NodeCleaner};
 use crate::store::{NodeRecord, NodeState, SessionStore, StoreError};
 
 pub const MAX_WEIGHT: u32 = 1000;
-/// How long an admin operation waits for another one on the same node.
-const LOCK_WAIT: Duration = Duration::from_secs(15);
-/// Lock lifetime: longer than any clean we wait for, so it only expires if
-/// its holder died.
-const LOCK_TTL_MS: u64 = 60_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
@@ -37,6 +33,8 @@ pub enum AdminError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Archive(#[from] ArchiveError),
+    #[error(transparent)]
+    Clean(#[from] CleanError),
 }
 
 /// A node as `GET /nodes` shows it.
@@ -63,23 +61,18 @@ pub struct Removal {
 #[derive(Clone)]
 pub struct NodeAdmin {
     store: SessionStore,
-    archive: Archive,
     table: Arc<NodeTable>,
     client: NodeClient,
+    cleaner: NodeCleaner,
 }
 
 impl NodeAdmin {
-    pub fn new(
-        store: SessionStore,
-        archive: Archive,
-        table: Arc<NodeTable>,
-        client: NodeClient,
-    ) -> Self {
+    pub fn new(store: SessionStore, cleaner: NodeCleaner, client: NodeClient) -> Self {
         Self {
             store,
-            archive,
-            table,
+            table: cleaner.table().clone(),
             client,
+            cleaner,
         }
     }
 
@@ -142,9 +135,10 @@ impl NodeAdmin {
         .await
     }
 
-    /// Removes a node: no new sessions, this replica's presses to it drained,
-    /// `/clean archive=true`, fold, unmap. Its sessions restore from the
-    /// archive on their next press, on another node.
+    /// Removes a node: no new sessions, then (under the fence, so no
+    /// press is in flight to it on any replica) `/clean archive=true`, fold,
+    /// unmap. Its sessions restore from the archive on their next press, on
+    /// another node.
     pub async fn remove(&self, address: &str) -> Result<Removal, AdminError> {
         let address = NodeAddress::parse(address)?;
         let addr = address.as_str();
@@ -154,51 +148,21 @@ impl NodeAdmin {
                 .get_node(addr)
                 .await?
                 .ok_or_else(|| AdminError::UnknownNode(addr.to_owned()))?;
-            self.store
-                .set_node_state(addr, NodeState::Draining, &[])
-                .await?;
+            self.store.set_node_state(addr, NodeState::Draining, &[]).await?;
             self.table.upsert(&NodeRecord {
                 state: NodeState::Draining,
                 ..record.clone()
             });
-            let entry = self.table.get(addr);
-            // Hold this replica's presses off the node until it is gone.
-            let _fence = match &entry {
-                Some(entry) => Some(entry.fence().await),
-                None => None,
-            };
-            let sessions = self.store.node_sessions(addr).await?;
-            let archived =
-                record.state != NodeState::Down && self.archive_and_fold(addr, &sessions).await;
-            self.store.unmap_node(addr).await?;
-            self.store.delete_node(addr).await?;
+            let report = self.cleaner.remove(addr, record.state).await?;
             self.table.remove(addr);
             self.table.bump_epoch();
-            info!(node = %addr, sessions = sessions.len(), archived, "node removed");
+            info!(node = %addr, sessions = report.unmapped, archived = report.archived, "node removed");
             Ok(Removal {
-                sessions: sessions.len(),
-                archived,
+                sessions: report.unmapped,
+                archived: report.archived,
             })
         })
         .await
-    }
-
-    /// `/clean archive=true` then fold. A down node is never archived: its
-    /// counts are stale, and some of its sessions may live elsewhere now.
-    async fn archive_and_fold(&self, addr: &str, sessions: &[String]) -> bool {
-        match self.client.clean(addr, true, None).await {
-            Ok(_) => {
-                // The next placement folds too, so a failure here loses nothing.
-                if let Err(error) = self.archive.fold(sessions).await {
-                    warn!(node = %addr, %error, "fold after removal failed; the next press will fold");
-                }
-                true
-            }
-            Err(error) => {
-                warn!(node = %addr, %error, "node did not archive on removal; its clicks since the last archive are lost");
-                false
-            }
-        }
     }
 
     pub async fn list(&self) -> Result<Vec<NodeView>, AdminError> {
@@ -259,13 +223,15 @@ impl NodeAdmin {
                 Some(record) if record.state == NodeState::Down => {}
                 _ => return Ok(false),
             }
-            let dropped = self.store.unmap_node(addr).await?;
-            if let Err(error) = self.wipe(addr).await {
-                warn!(node = %addr, %error, "node answered its health check but not /clean; it stays down");
-                return Ok(false);
-            }
+            let dropped = match self.cleaner.wipe(addr).await {
+                Ok(dropped) => dropped,
+                Err(error) => {
+                    warn!(node = %addr, %error, "could not wipe the recovered node; it stays down");
+                    return Ok(false);
+                }
+            };
             if let Some(old) = self.store.set_node_state(addr, NodeState::Up, &[NodeState::Down]).await? {
-                info!(node = %addr, from = %old, sessions_dropped = dropped.len(), "node recovered and wiped");
+                info!(node = %addr, from = %old, sessions_dropped = dropped, "node recovered and wiped");
             }
             self.refresh().await?;
             Ok(true)
@@ -285,21 +251,6 @@ impl NodeAdmin {
         addr: &str,
         op: impl std::future::Future<Output = Result<T, AdminError>>,
     ) -> Result<T, AdminError> {
-        let lock = format!("node:{addr}");
-        let deadline = tokio::time::Instant::now() + LOCK_WAIT;
-        let token = loop {
-            if let Some(token) = self.store.try_lock(&lock, LOCK_TTL_MS).await? {
-                break token;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(AdminError::Busy(addr.to_owned()));
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        };
-        let result = op.await;
-        if let Err(error) = self.store.unlock(&lock, &token).await {
-            warn!(node = %addr, %error, "could not release the node lock; it expires by itself");
-        }
-        result
+        with_node_lock(&self.store, addr, || AdminError::Busy(addr.to_owned()), op).await
     }
 }

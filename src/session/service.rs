@@ -5,6 +5,7 @@ use tracing::{debug, warn};
 
 use super::SessionId;
 use crate::archive::{Archive, ArchiveError};
+use crate::lifecycle::{CleanError, Sweeper};
 use crate::nodes::{NodeAdmin, NodeCallError, NodeClient, NodeEntry, NodeTable};
 use crate::store::{now_ms, Mapping, SessionStore, StoreError};
 
@@ -26,6 +27,10 @@ pub enum PressError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Archive(#[from] ArchiveError),
+    #[error("archiving the expired session failed: {0}")]
+    Expire(#[from] CleanError),
+    #[error("node {0} is being cleaned for too long")]
+    Fenced(String),
 }
 
 /// A served press.
@@ -44,8 +49,12 @@ pub struct SessionService {
     archive: Archive,
     admin: NodeAdmin,
     client: NodeClient,
+    sweeper: Sweeper,
     ttl: Duration,
 }
+
+/// Longest a press waits for a clean of its node to finish (DESIGN §4.7).
+const FENCE_WAIT: Duration = Duration::from_secs(10);
 
 impl SessionService {
     pub fn new(
@@ -53,6 +62,7 @@ impl SessionService {
         archive: Archive,
         admin: NodeAdmin,
         client: NodeClient,
+        sweeper: Sweeper,
         ttl: Duration,
     ) -> Self {
         Self {
@@ -60,6 +70,7 @@ impl SessionService {
             archive,
             admin,
             client,
+            sweeper,
             ttl,
         }
     }
@@ -80,6 +91,13 @@ impl SessionService {
                 Some(m) => m,
                 None => self.place(id, None).await?,
             };
+            if current.expires_at_ms <= now_ms() {
+                // Never serve an expired session (DESIGN §4.3): archive it
+                // (with its node's other expired sessions) and start anew.
+                self.sweeper.sweep_node(&current.node, id, now_ms()).await?;
+                mapping = self.store.lookup(id).await?;
+                continue;
+            }
             let entry = match self.entry(&current.node).await? {
                 Some(entry) if entry.serves_presses() => entry,
                 // Removed or down: move the session (DESIGN §4.5, §4.8).
@@ -89,7 +107,9 @@ impl SessionService {
                 }
             };
             let in_flight = entry.start_request();
-            let gate = entry.enter().await;
+            let Ok(gate) = tokio::time::timeout(FENCE_WAIT, entry.enter()).await else {
+                return Err(PressError::Fenced(entry.address.clone()));
+            };
             if self.table().epoch() != epoch {
                 // A clean finished after we read the mapping: it may be stale.
                 drop((gate, in_flight));

@@ -14,7 +14,9 @@
 //! | `P node_sessions:{addr}` | set | ids of the sessions mapped to the node |
 //! | `P placeable` | zset | up nodes scored by active sessions (placement is `ZRANGE 0 0`) |
 //! | `P lock:{name}` | string | short admin locks (one operation per node at a time) |
+//! | `P fences`, `P fence_seq`, `P fence_acks:{addr}:{seq}`, `P replicas`, `P journal:{addr}` | | the clean fence, see [`fences`] |
 
+mod fences;
 mod nodes;
 mod sessions;
 
@@ -22,6 +24,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+pub use fences::{Fence, Journal};
 pub use nodes::{NodeRecord, NodeState};
 pub use sessions::Mapping;
 
@@ -60,6 +63,7 @@ struct Scripts {
     register_node: redis::Script,
     set_node_state: redis::Script,
     unmap_node: redis::Script,
+    apply_clean: redis::Script,
 }
 
 impl SessionStore {
@@ -82,6 +86,7 @@ impl SessionStore {
                 register_node: redis::Script::new(include_str!("register_node.lua")),
                 set_node_state: redis::Script::new(include_str!("set_node_state.lua")),
                 unmap_node: redis::Script::new(include_str!("unmap_node.lua")),
+                apply_clean: redis::Script::new(include_str!("apply_clean.lua")),
             }),
         })
     }

@@ -97,3 +97,76 @@ impl SessionStore {
             .context("listing a node's sessions in Redis")
     }
 }
+
+impl SessionStore {
+    /// Up to `limit` sessions whose life ended at or before `now_ms`:
+    /// `ZRANGEBYSCORE` on the expiry index, O(log n + expired).
+    pub async fn expired(&self, now_ms: i64, limit: usize) -> StoreResult<Vec<String>> {
+        redis::cmd("ZRANGEBYSCORE")
+            .arg(self.key(&["expiry"]))
+            .arg("-inf")
+            .arg(now_ms)
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit)
+            .query_async(&mut self.conn())
+            .await
+            .context("reading expired sessions from Redis")
+    }
+
+    /// The node of each session (`None` where it has no mapping), in one
+    /// pipelined round trip.
+    pub async fn nodes_of(&self, session_ids: &[String]) -> StoreResult<Vec<Option<String>>> {
+        if session_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for id in session_ids {
+            pipe.hget(self.key(&["session", id]), "node");
+        }
+        pipe.query_async(&mut self.conn())
+            .await
+            .context("reading the nodes of sessions from Redis")
+    }
+
+    /// Drops index entries of sessions that no longer have a mapping (left
+    /// behind only if a script was interrupted; keeps the sweep O(expired)).
+    pub async fn forget_expiry(&self, session_ids: &[String]) -> StoreResult<()> {
+        if session_ids.is_empty() {
+            return Ok(());
+        }
+        self.conn()
+            .zrem::<_, _, ()>(self.key(&["expiry"]), session_ids)
+            .await
+            .context("cleaning the expiry index in Redis")
+    }
+
+    /// After a clean and fold: unmaps `leaving`, sets the new base of the
+    /// sessions in `rebased` that are still on the node.
+    pub async fn apply_clean(
+        &self,
+        address: &str,
+        leaving: &[String],
+        rebased: &[(String, i64)],
+    ) -> StoreResult<usize> {
+        let mut invocation = self.scripts.apply_clean.prepare_invoke();
+        invocation
+            .key(self.key(&["node", address]))
+            .key(self.key(&["node_sessions", address]))
+            .key(self.key(&["expiry"]))
+            .key(self.key(&["placeable"]))
+            .arg(self.prefix.as_ref())
+            .arg(address)
+            .arg(leaving.len());
+        for id in leaving {
+            invocation.arg(id);
+        }
+        for (id, base) in rebased {
+            invocation.arg(id).arg(*base);
+        }
+        invocation
+            .invoke_async(&mut self.conn())
+            .await
+            .context("applying a clean to the session mappings in Redis")
+    }
+}

@@ -1,0 +1,127 @@
+//! The expiry sweep (DESIGN §4.3): every `SWEEP_INTERVAL_SECS`, archive the
+//! sessions whose life ended, node by node, through the cleaner. It reads
+//! only the expired part of the expiry index: O(expired), never a scan.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::cleaner::NodeCleaner;
+use crate::store::{now_ms, SessionStore, StoreError};
+
+/// Most sessions one sweep takes on; the rest wait for the next round.
+pub const MAX_PER_SWEEP: usize = 100_000;
+/// Most expired sessions a press takes along when it finds its own expired.
+const MAX_PER_PRESS: usize = 10_000;
+
+/// What one sweep did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Expired sessions found in the index.
+    pub expired: usize,
+    /// Sessions unmapped (archived, or dropped from a down node).
+    pub unmapped: usize,
+    /// Live sessions re-based after a clean-all node forgot them.
+    pub rebased: usize,
+    /// Nodes whose clean failed; their sessions are retried next round.
+    pub failed_nodes: Vec<String>,
+    /// Interrupted cleans finished.
+    pub recovered: usize,
+}
+
+#[derive(Clone)]
+pub struct Sweeper {
+    store: SessionStore,
+    cleaner: NodeCleaner,
+}
+
+impl Sweeper {
+    pub fn new(store: SessionStore, cleaner: NodeCleaner) -> Self {
+        Self { store, cleaner }
+    }
+
+    /// One sweep at time `now_ms`: finish interrupted cleans, then archive
+    /// every session expired by then.
+    pub async fn sweep_once(&self, now_ms: i64) -> Result<SweepReport, StoreError> {
+        let mut report = SweepReport::default();
+        for (node, fence) in self.store.fences().await? {
+            if fence.deadline_ms < now_ms {
+                match self.cleaner.finish_stale(&node, fence.seq).await {
+                    Ok(true) => report.recovered += 1,
+                    Ok(false) => {}
+                    Err(error) => warn!(%node, %error, "could not finish an interrupted clean"),
+                }
+            }
+        }
+        let expired = self.store.expired(now_ms, MAX_PER_SWEEP).await?;
+        report.expired = expired.len();
+        let nodes = self.store.nodes_of(&expired).await?;
+        let mut by_node: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut orphans = Vec::new();
+        for (id, node) in expired.into_iter().zip(nodes) {
+            match node {
+                Some(node) => by_node.entry(node).or_default().push(id),
+                None => orphans.push(id),
+            }
+        }
+        self.store.forget_expiry(&orphans).await?;
+        for (node, ids) in by_node {
+            match self.cleaner.expire(&node, &ids).await {
+                Ok(clean) => {
+                    report.unmapped += clean.unmapped;
+                    report.rebased += clean.rebased;
+                }
+                Err(error) => {
+                    warn!(%node, %error, sessions = ids.len(), "sweep could not clean node; retrying next round");
+                    report.failed_nodes.push(node);
+                }
+            }
+        }
+        if report.expired > 0 {
+            info!(
+                expired = report.expired,
+                unmapped = report.unmapped,
+                rebased = report.rebased,
+                failed = report.failed_nodes.len(),
+                "sweep done"
+            );
+        }
+        metrics::counter!("nodes_control_sessions_expired_total").increment(report.unmapped as u64);
+        Ok(report)
+    }
+
+    /// Archives an expired session now, with the other expired sessions of
+    /// its node (one clean for all of them): a press found it expired
+    /// before the sweep got to it.
+    pub async fn sweep_node(&self, addr: &str, session_id: &str, now_ms: i64) -> Result<(), super::CleanError> {
+        let expired = self.store.expired(now_ms, MAX_PER_PRESS).await?;
+        let nodes = self.store.nodes_of(&expired).await?;
+        let mut mine: Vec<String> = expired
+            .into_iter()
+            .zip(nodes)
+            .filter(|(id, node)| node.as_deref() == Some(addr) && id != session_id)
+            .map(|(id, _)| id)
+            .collect();
+        mine.push(session_id.to_owned());
+        self.cleaner.expire(addr, &mine).await?;
+        Ok(())
+    }
+
+    /// Sweeps every `interval` until cancelled.
+    pub async fn run(self, interval: Duration, cancel: CancellationToken) {
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = ticker.tick() => {
+                    if let Err(error) = self.sweep_once(now_ms()).await {
+                        warn!(%error, "sweep failed");
+                    }
+                }
+            }
+        }
+    }
+}

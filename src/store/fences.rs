@@ -1,0 +1,150 @@
+//! The distributed clean fence (DESIGN §4.7) and the replica registry it
+//! needs: a node being cleaned has an entry in `fences`; every live replica
+//! (heartbeat in `replicas`) closes its local gate to the node and acks; the
+//! cleaner proceeds only when every live replica has acked.
+//!
+//! Keys: `fences` (hash node -> "seq:deadline_ms"), `fence_seq` (counter),
+//! `fence_acks:{node}:{seq}` (set of replica ids), `replicas` (zset replica
+//! id -> last heartbeat ms), `journal:{node}` (the clean in progress, so a
+//! crashed cleaner's fold can be repeated).
+
+use redis::AsyncCommands;
+use serde::{Deserialize, Serialize};
+
+use super::{Context, SessionStore, StoreResult};
+
+/// A raised fence as the `fences` hash holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fence {
+    pub seq: u64,
+    pub deadline_ms: i64,
+}
+
+/// What a cleaner is about to do to a node, written before `/clean` and
+/// deleted after the fold, so a crash in between can be finished by anyone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Journal {
+    pub seq: u64,
+    /// Sessions that leave the node (expired, or all of them on removal).
+    /// The ones that stay are read from the node's set when folding.
+    pub leaving: Vec<String>,
+}
+
+impl SessionStore {
+    /// Raises a fence on a node; returns its sequence number.
+    pub async fn raise_fence(&self, address: &str, deadline_ms: i64) -> StoreResult<u64> {
+        let mut conn = self.conn();
+        let seq: u64 = conn
+            .incr(self.key(&["fence_seq"]), 1)
+            .await
+            .context("numbering a fence in Redis")?;
+        let _: () = conn
+            .hset(self.key(&["fences"]), address, format!("{seq}:{deadline_ms}"))
+            .await
+            .context("raising a fence in Redis")?;
+        Ok(seq)
+    }
+
+    /// Lowers a fence if it is still the one raised with `seq`.
+    pub async fn lower_fence(&self, address: &str, seq: u64) -> StoreResult<()> {
+        redis::Script::new(
+            "local v = redis.call('HGET', KEYS[1], ARGV[1])
+             if v and string.match(v, '^(%d+):') == ARGV[2] then redis.call('HDEL', KEYS[1], ARGV[1]) end
+             redis.call('DEL', KEYS[2])
+             return 0",
+        )
+        .key(self.key(&["fences"]))
+        .key(self.key(&["fence_acks", address, &seq.to_string()]))
+        .arg(address)
+        .arg(seq.to_string())
+        .invoke_async::<i64>(&mut self.conn())
+        .await
+        .context("lowering a fence in Redis")?;
+        Ok(())
+    }
+
+    /// Every raised fence: one `HGETALL`, polled by each replica.
+    pub async fn fences(&self) -> StoreResult<Vec<(String, Fence)>> {
+        let raw: Vec<(String, String)> = self
+            .conn()
+            .hgetall(self.key(&["fences"]))
+            .await
+            .context("reading fences from Redis")?;
+        Ok(raw
+            .into_iter()
+            .filter_map(|(node, value)| {
+                let (seq, deadline) = value.split_once(':')?;
+                Some((
+                    node,
+                    Fence {
+                        seq: seq.parse().ok()?,
+                        deadline_ms: deadline.parse().ok()?,
+                    },
+                ))
+            })
+            .collect())
+    }
+
+    pub async fn ack_fence(&self, address: &str, seq: u64, replica: &str) -> StoreResult<()> {
+        let key = self.key(&["fence_acks", address, &seq.to_string()]);
+        redis::pipe()
+            .sadd(&key, replica)
+            .expire(&key, 300)
+            .query_async::<()>(&mut self.conn())
+            .await
+            .context("acknowledging a fence in Redis")
+    }
+
+    pub async fn fence_acks(&self, address: &str, seq: u64) -> StoreResult<Vec<String>> {
+        self.conn()
+            .smembers(self.key(&["fence_acks", address, &seq.to_string()]))
+            .await
+            .context("reading fence acknowledgements from Redis")
+    }
+
+    pub async fn heartbeat(&self, replica: &str, now_ms: i64) -> StoreResult<()> {
+        self.conn()
+            .zadd::<_, _, _, ()>(self.key(&["replicas"]), replica, now_ms)
+            .await
+            .context("recording a replica heartbeat in Redis")
+    }
+
+    pub async fn remove_replica(&self, replica: &str) -> StoreResult<()> {
+        self.conn()
+            .zrem::<_, _, ()>(self.key(&["replicas"]), replica)
+            .await
+            .context("removing a replica from Redis")
+    }
+
+    /// Replicas whose last heartbeat is at or after `since_ms`.
+    pub async fn live_replicas(&self, since_ms: i64) -> StoreResult<Vec<String>> {
+        self.conn()
+            .zrangebyscore(self.key(&["replicas"]), since_ms, "+inf")
+            .await
+            .context("listing live replicas in Redis")
+    }
+
+    pub async fn put_journal(&self, address: &str, journal: &Journal) -> StoreResult<()> {
+        let value = serde_json::to_string(journal).unwrap_or_default();
+        self.conn()
+            .set::<_, _, ()>(self.key(&["journal", address]), value)
+            .await
+            .context("writing a clean journal to Redis")
+    }
+
+    pub async fn journal(&self, address: &str) -> StoreResult<Option<Journal>> {
+        let value: Option<String> = self
+            .conn()
+            .get(self.key(&["journal", address]))
+            .await
+            .context("reading a clean journal from Redis")?;
+        Ok(value.and_then(|v| serde_json::from_str(&v).ok()))
+    }
+
+    pub async fn delete_journal(&self, address: &str) -> StoreResult<()> {
+        self.conn()
+            .del::<_, ()>(self.key(&["journal", address]))
+            .await
+            .context("deleting a clean journal from Redis")
+    }
+}
