@@ -102,7 +102,9 @@ impl FenceWatcher {
                 tokio::time::sleep(POLL).await;
             }
             let _ = released.await;
-            watcher.table.bump_epoch();
+            if let Some(entry) = &entry {
+                watcher.table.cleaned(entry);
+            }
             drop(guard);
         });
     }

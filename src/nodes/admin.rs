@@ -155,7 +155,6 @@ impl NodeAdmin {
             });
             let report = self.cleaner.remove(addr, record.state).await?;
             self.table.remove(addr);
-            self.table.bump_epoch();
             info!(node = %addr, sessions = report.unmapped, archived = report.archived, "node removed");
             Ok(Removal {
                 sessions: report.unmapped,

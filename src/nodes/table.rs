@@ -21,6 +21,8 @@ pub struct NodeEntry {
     pub press_uri: Uri,
     state: AtomicU8,
     in_flight: AtomicU64,
+    /// Table epoch at which the last clean of this node ended.
+    cleaned_at: AtomicU64,
     /// Presses hold a read guard while in flight to the node; a clean takes
     /// the write guard, so no press of this replica is in flight to a node
     /// being cleaned (DESIGN §4.7). A tokio lock: it is held across awaits.
@@ -40,6 +42,7 @@ impl NodeEntry {
             press_uri,
             state: AtomicU8::new(encode(record.state)),
             in_flight: AtomicU64::new(0),
+            cleaned_at: AtomicU64::new(0),
             gate: AsyncRwLock::new(()),
             health_fails: AtomicU32::new(0),
             health_oks: AtomicU32::new(0),
@@ -57,6 +60,11 @@ impl NodeEntry {
     /// Whether presses of sessions mapped here may be forwarded to it.
     pub fn serves_presses(&self) -> bool {
         matches!(self.state(), NodeState::Up | NodeState::Draining)
+    }
+
+    /// Whether a clean of this node ended after table epoch `epoch`.
+    pub fn cleaned_since(&self, epoch: u64) -> bool {
+        self.cleaned_at.load(Ordering::Acquire) > epoch
     }
 
     /// Presses of this replica currently in flight to the node.
@@ -113,8 +121,9 @@ pub struct NodeTable {
     /// A std lock: held only to clone an `Arc` out or to swap entries, never
     /// across an await.
     entries: RwLock<HashMap<String, Arc<NodeEntry>>>,
-    /// Bumped whenever a fence on any node is lifted: a press that read its
-    /// mapping before a clean finished must read it again (it may be stale).
+    /// Moves on whenever a fence is lifted; each node remembers the epoch
+    /// its last clean ended at. A press that read its mapping before the
+    /// clean of its node ended must read it again (it may be stale).
     epoch: AtomicU64,
 }
 
@@ -133,8 +142,10 @@ impl NodeTable {
         self.epoch.load(Ordering::Acquire)
     }
 
-    pub fn bump_epoch(&self) {
-        self.epoch.fetch_add(1, Ordering::AcqRel);
+    /// Records that a clean of `node` just ended.
+    pub fn cleaned(&self, node: &NodeEntry) {
+        let epoch = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        node.cleaned_at.store(epoch, Ordering::Release);
     }
 
     /// Brings the view in line with the registry: new nodes appear, states

@@ -11,7 +11,7 @@ use crate::store::{now_ms, Mapping, SessionStore, StoreError};
 
 /// Bound on the press loop (lookups after a fence, placements after a node
 /// failed or went down): a press never spins.
-const MAX_ROUNDS: usize = 8;
+const MAX_ROUNDS: usize = 16;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PressError {
@@ -110,8 +110,9 @@ impl SessionService {
             let Ok(gate) = tokio::time::timeout(FENCE_WAIT, entry.enter()).await else {
                 return Err(PressError::Fenced(entry.address.clone()));
             };
-            if self.table().epoch() != epoch {
-                // A clean finished after we read the mapping: it may be stale.
+            if entry.cleaned_since(epoch) {
+                // The node was cleaned after we read the mapping: read it
+                // again (it may have moved, or have a new base).
                 drop((gate, in_flight));
                 epoch = self.table().epoch();
                 mapping = self.store.lookup(id).await?;

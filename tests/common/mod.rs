@@ -5,6 +5,7 @@
 
 pub mod node;
 pub mod proxy;
+pub mod workload;
 
 use std::time::Duration;
 
@@ -80,6 +81,7 @@ pub struct TestApp {
     pub address: String,
     pub config: Config,
     pub ctx: ApiContext,
+    pub sweeper: nodes_control::lifecycle::Sweeper,
     pub http: reqwest::Client,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
 }
@@ -95,6 +97,7 @@ pub async fn spawn_app_with(config: Config) -> TestApp {
         .expect("application builds");
     let address = format!("http://127.0.0.1:{}", app.port());
     let ctx = app.context();
+    let sweeper = app.sweeper();
     let (tx, rx) = tokio::sync::oneshot::channel();
     tokio::spawn(app.run_until_stopped(async {
         let _ = rx.await;
@@ -103,6 +106,7 @@ pub async fn spawn_app_with(config: Config) -> TestApp {
         address,
         config,
         ctx,
+        sweeper,
         http: reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .build()
@@ -220,6 +224,14 @@ pub async fn spawn_cluster(n: usize) -> (TestApp, Vec<TestNode>) {
     let app = spawn_app().await;
     let nodes = start_nodes(&app, n, false).await;
     (app, nodes)
+}
+
+/// A configuration whose sessions live `ttl_secs` and are swept every second.
+pub fn short_lived_config(ttl_secs: u64) -> Config {
+    let mut config = test_config();
+    config.session_ttl_secs = ttl_secs;
+    config.sweep_interval_secs = 1;
+    config
 }
 
 pub async fn start_nodes(app: &TestApp, n: usize, clean_all: bool) -> Vec<TestNode> {

@@ -1,0 +1,62 @@
+//! Concurrent users pressing their sessions for a while, through one or
+//! several balancer replicas, recording every answer in order.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::TestApp;
+
+/// Every answer a session got, in order: (count, node name).
+pub type Answers = HashMap<String, Vec<(i64, String)>>;
+
+/// `workers` tasks share `sessions` (each session belongs to one worker, so
+/// its presses are sequential) and press them in turn for `duration`,
+/// alternating replicas. Any non-200 answer fails the test.
+pub async fn press_for(apps: &[Arc<TestApp>], sessions: &[String], workers: usize, duration: Duration) -> Answers {
+    let deadline = tokio::time::Instant::now() + duration;
+    let chunks: Vec<Vec<String>> = sessions.chunks(sessions.len().div_ceil(workers)).map(|c| c.to_vec()).collect();
+    let tasks: Vec<_> = chunks
+        .into_iter()
+        .enumerate()
+        .map(|(w, chunk)| {
+            let apps = apps.to_vec();
+            tokio::spawn(async move {
+                let mut seen: Answers = HashMap::new();
+                let mut turn = w;
+                while tokio::time::Instant::now() < deadline {
+                    for session in &chunk {
+                        let app = &apps[turn % apps.len()];
+                        turn += 1;
+                        let answer = app.press(session).await;
+                        assert_eq!(answer.status, 200, "{session}: {answer:?}");
+                        seen.entry(session.clone())
+                            .or_default()
+                            .push((answer.clicks(), answer.served_by.unwrap_or_default()));
+                    }
+                }
+                seen
+            })
+        })
+        .collect();
+    let mut all = Answers::new();
+    for task in tasks {
+        all.extend(task.await.expect("worker panicked"));
+    }
+    all
+}
+
+/// Asserts every session saw exactly 1, 2, 3, ... with no gap or repeat.
+pub fn assert_counts_exact(answers: &Answers) {
+    for (session, seen) in answers {
+        for (i, (clicks, node)) in seen.iter().enumerate() {
+            assert_eq!(
+                *clicks,
+                i as i64 + 1,
+                "{session}: press {} answered {clicks} on {node}; all: {:?}",
+                i + 1,
+                seen.iter().map(|(c, _)| *c).collect::<Vec<_>>()
+            );
+        }
+    }
+}

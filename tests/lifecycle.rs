@@ -1,0 +1,235 @@
+//! Session lifecycle without lost clicks (DESIGN §4.3-4.7): expiry, sweep,
+//! fold, fence, restore after removal and failure.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::workload::{assert_counts_exact, press_for};
+use common::{short_lived_config, spawn_app_with, start_nodes, unique};
+
+fn session_ids(tag: &str, n: usize) -> Vec<String> {
+    let tag = unique(tag);
+    (0..n).map(|i| format!("{tag}-{i}")).collect()
+}
+
+/// 200 sessions, TTL 2 s, sweep every 1 s, 10 s of concurrent presses.
+async fn two_hundred_sessions_through_expiries(clean_all: bool, replicas: usize, remove_one: bool) {
+    let config = short_lived_config(2);
+    let first = spawn_app_with(config.clone()).await;
+    let nodes = start_nodes(&first, 3, clean_all).await;
+    let mut apps = vec![Arc::new(first)];
+    for _ in 1..replicas {
+        apps.push(Arc::new(spawn_app_with(config.clone()).await));
+    }
+    let sessions = session_ids("life", 200);
+    let removal = remove_one.then(|| {
+        let app = apps[0].clone();
+        let address = nodes[1].address.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            app.remove_node(&address).await
+        })
+    });
+    let answers = press_for(&apps, &sessions, 20, Duration::from_secs(10)).await;
+    if let Some(removal) = removal {
+        removal.await.unwrap();
+        assert_eq!(apps[0].nodes().await.len(), 2);
+    }
+    assert_eq!(answers.len(), 200);
+    assert_counts_exact(&answers);
+    // The sweep really ran: every session was archived at least once.
+    for session in &sessions {
+        let total = apps[0].ctx.archive.total(session).await.unwrap();
+        assert!(total.is_some_and(|t| t > 0), "{session} was never archived");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_stay_exact_through_expiries_and_sweeps() {
+    two_hundred_sessions_through_expiries(false, 1, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_stay_exact_through_expiries_with_clean_all_nodes() {
+    two_hundred_sessions_through_expiries(true, 1, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_stay_exact_when_a_node_is_removed_mid_run() {
+    two_hundred_sessions_through_expiries(false, 1, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_stay_exact_with_two_replicas_and_clean_all_nodes_and_a_removal() {
+    two_hundred_sessions_through_expiries(true, 2, true).await;
+}
+
+#[tokio::test]
+async fn a_sweep_touches_only_expired_sessions_and_leaves_live_ones_counting() {
+    let app = spawn_app_with(common::test_config()).await;
+    let nodes = start_nodes(&app, 1, false).await;
+    let sweeper = app.sweeper.clone();
+    let old = session_ids("old", 5);
+    for s in &old {
+        app.press(s).await;
+        app.press(s).await;
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let cutoff = now_ms();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let young = session_ids("young", 20);
+    for s in &young {
+        app.press(s).await;
+    }
+    // Sweep as if the 600 s TTL had run out for the first five only.
+    let report = sweeper.sweep_once(cutoff + 600_000).await.unwrap();
+    assert_eq!(report.expired, 5, "{report:?}");
+    assert_eq!(report.unmapped, 5);
+    assert_eq!(report.rebased, 0, "a selective node keeps its live counts");
+    assert_eq!(nodes[0].node.session_count().await, 20, "only the expired were cleaned");
+    for s in &old {
+        assert_eq!(app.ctx.archive.total(s).await.unwrap(), Some(2));
+        assert_eq!(app.press(s).await.clicks(), 3, "restored from the archive");
+    }
+    for s in &young {
+        assert_eq!(app.press(s).await.clicks(), 2);
+    }
+    let again = sweeper.sweep_once(cutoff + 600_000).await.unwrap();
+    assert_eq!(again.unmapped, 0, "a second sweep has nothing to do");
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+#[tokio::test]
+async fn a_clean_all_node_re_bases_its_live_sessions_and_a_killed_node_restores_from_the_archive() {
+    let app = spawn_app_with(common::test_config()).await;
+    let mut nodes = start_nodes(&app, 1, true).await;
+    let (a, b) = (unique("a"), unique("b"));
+    app.press(&a).await;
+    app.press(&a).await;
+    for _ in 0..3 {
+        app.press(&b).await;
+    }
+    // A expires; the clean-all node archives and forgets A and B.
+    app.sweeper.sweep_node(&nodes[0].address, &a, 0).await.unwrap();
+    assert_eq!(nodes[0].node.session_count().await, 0);
+    assert_eq!(app.ctx.archive.total(&b).await.unwrap(), Some(3));
+    // B stayed on the node with base 3: 1 + 3.
+    assert_eq!(app.press(&b).await.clicks(), 4);
+    assert_eq!(app.press(&b).await.clicks(), 5);
+    // The node dies; B continues elsewhere from its last archive (3),
+    // losing the 2 clicks since, never above the truth (5).
+    let spare = common::TestNode::start("spare", true);
+    app.add_node(&spare.address, "spare").await;
+    nodes[0].kill();
+    let answer = app.press(&b).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.served_by.as_deref(), Some("spare"));
+    assert_eq!(answer.clicks(), 4);
+    assert_eq!(app.press(&a).await.clicks(), 3, "A restores its archived 2");
+}
+
+#[tokio::test]
+async fn a_press_waits_behind_a_raised_fence_and_then_counts_on() {
+    let app = Arc::new(spawn_app_with(common::test_config()).await);
+    let nodes = start_nodes(&app, 1, false).await;
+    let s = unique("fenced");
+    app.press(&s).await;
+    let store = &app.ctx.store;
+    let seq = store.raise_fence(&nodes[0].address, i64::MAX).await.unwrap();
+    // Wait until our replica closed its gate and acknowledged.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while store.fence_acks(&nodes[0].address, seq).await.unwrap().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "the replica never acked");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let pending = tokio::spawn({
+        let app = app.clone();
+        let s = s.clone();
+        async move { app.press(&s).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!pending.is_finished(), "a press reached a fenced node");
+    store.lower_fence(&nodes[0].address, seq).await.unwrap();
+    let answer = pending.await.unwrap();
+    assert_eq!(answer.clicks(), 2);
+}
+
+#[tokio::test]
+async fn an_interrupted_clean_is_finished_by_the_next_sweep_by_folding_again() {
+    let app = spawn_app_with(common::test_config()).await;
+    let nodes = start_nodes(&app, 1, true).await;
+    let addr = nodes[0].address.clone();
+    let (a, b) = (unique("crash-a"), unique("crash-b"));
+    for _ in 0..4 {
+        app.press(&a).await;
+    }
+    app.press(&b).await;
+    // A cleaner raises the fence, writes its journal, the node archives and
+    // forgets everything, and the cleaner dies before the fold.
+    let store = &app.ctx.store;
+    let seq = store.raise_fence(&addr, 0).await.unwrap();
+    store
+        .put_journal(&addr, &nodes_control::store::Journal { seq, leaving: vec![a.clone()] })
+        .await
+        .unwrap();
+    let cleaned = app
+        .http
+        .post(format!("{addr}/clean"))
+        .json(&serde_json::json!({ "archive": true }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cleaned.status(), 200);
+    assert_eq!(nodes[0].node.session_count().await, 0);
+    // The stale fence (deadline passed) is found and the fold repeated.
+    let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
+    assert_eq!(report.recovered, 1, "{report:?}");
+    assert!(store.fences().await.unwrap().is_empty(), "the fence is lowered");
+    // A repeated fold changes nothing.
+    let totals = app.ctx.archive.fold(&[a.clone(), b.clone()]).await.unwrap();
+    assert_eq!(totals.get(&a), Some(&4));
+    assert_eq!(totals.get(&b), Some(&1));
+    assert_eq!(app.press(&a).await.clicks(), 5, "A left and restored from 4");
+    assert_eq!(app.press(&b).await.clicks(), 2, "B stayed, re-based on 1");
+}
+
+#[tokio::test]
+async fn a_postgres_outage_at_expiry_is_a_503_and_the_session_continues_after() {
+    let postgres = common::TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
+    common::ensure_database().await;
+    let mut config = short_lived_config(1);
+    config.sweep_interval_secs = 3600; // only presses archive here
+    let db_name = common::database_url().rsplit_once('/').unwrap().1.to_owned();
+    config.database_url = format!("postgres://postgres@{}/{db_name}", postgres.addr);
+    let app = spawn_app_with(config).await;
+    let _nodes = start_nodes(&app, 2, false).await;
+    let s = unique("pg-expiry");
+    for expected in 1..=3 {
+        assert_eq!(app.press(&s).await.clicks(), expected);
+    }
+    postgres.cut();
+    tokio::time::sleep(Duration::from_millis(1100)).await; // the session expires
+    let answer = app.press(&s).await;
+    assert_eq!(answer.status, 503, "{answer:?}");
+    let body: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
+    assert_eq!(body["code"], "archive_unavailable");
+    postgres.restore();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let answer = loop {
+        let answer = app.press(&s).await;
+        if answer.status == 200 || tokio::time::Instant::now() > deadline {
+            break answer;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert_eq!(answer.clicks(), 4, "not reset to zero, not double counted");
+}
