@@ -1,5 +1,5 @@
 # Common runs. `make up` is the docker compose stack without Docker.
-.PHONY: up down test lint fmt
+.PHONY: up down test lint fmt bench-sweep bench-press
 
 up:
 	bash scripts/up.sh
@@ -16,3 +16,11 @@ lint:
 
 fmt:
 	cargo fmt --all
+
+# One sweep of 10,000 expired among 1,000,000 live sessions (needs Redis, Postgres).
+bench-sweep:
+	cargo bench --bench sweep
+
+# Press throughput through the balancer started by `make up` (needs wrk).
+bench-press:
+	wrk -t2 -c64 -d10s -s bench/press.lua http://127.0.0.1:8000

@@ -128,7 +128,11 @@ impl Application {
         let cancel = CancellationToken::new();
         let sweep_interval = Duration::from_secs(self.config.sweep_interval_secs.max(1));
         let background = [
-            tokio::spawn(self.health.clone().run(self.config.health_check_interval(), cancel.clone())),
+            tokio::spawn(
+                self.health
+                    .clone()
+                    .run(self.config.health_check_interval(), cancel.clone()),
+            ),
             tokio::spawn(self.fences.clone().run(cancel.clone())),
             tokio::spawn(self.sweeper.clone().run(sweep_interval, cancel.clone())),
         ];

@@ -88,7 +88,11 @@ async fn a_sweep_touches_only_expired_sessions_and_leaves_live_ones_counting() {
     assert_eq!(report.expired, 5, "{report:?}");
     assert_eq!(report.unmapped, 5);
     assert_eq!(report.rebased, 0, "a selective node keeps its live counts");
-    assert_eq!(nodes[0].node.session_count().await, 20, "only the expired were cleaned");
+    assert_eq!(
+        nodes[0].node.session_count().await,
+        20,
+        "only the expired were cleaned"
+    );
     for s in &old {
         assert_eq!(app.ctx.archive.total(s).await.unwrap(), Some(2));
         assert_eq!(app.press(s).await.clicks(), 3, "restored from the archive");
@@ -118,7 +122,10 @@ async fn a_clean_all_node_re_bases_its_live_sessions_and_a_killed_node_restores_
         app.press(&b).await;
     }
     // A expires; the clean-all node archives and forgets A and B.
-    app.sweeper.sweep_node(&nodes[0].address, &a, 0).await.unwrap();
+    app.sweeper
+        .sweep_node(&nodes[0].address, &a, 0)
+        .await
+        .unwrap();
     assert_eq!(nodes[0].node.session_count().await, 0);
     assert_eq!(app.ctx.archive.total(&b).await.unwrap(), Some(3));
     // B stayed on the node with base 3: 1 + 3.
@@ -143,11 +150,22 @@ async fn a_press_waits_behind_a_raised_fence_and_then_counts_on() {
     let s = unique("fenced");
     app.press(&s).await;
     let store = &app.ctx.store;
-    let seq = store.raise_fence(&nodes[0].address, i64::MAX).await.unwrap();
+    let seq = store
+        .raise_fence(&nodes[0].address, i64::MAX)
+        .await
+        .unwrap();
     // Wait until our replica closed its gate and acknowledged.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while store.fence_acks(&nodes[0].address, seq).await.unwrap().is_empty() {
-        assert!(tokio::time::Instant::now() < deadline, "the replica never acked");
+    while store
+        .fence_acks(&nodes[0].address, seq)
+        .await
+        .unwrap()
+        .is_empty()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the replica never acked"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let pending = tokio::spawn({
@@ -177,7 +195,13 @@ async fn an_interrupted_clean_is_finished_by_the_next_sweep_by_folding_again() {
     let store = &app.ctx.store;
     let seq = store.raise_fence(&addr, 0).await.unwrap();
     store
-        .put_journal(&addr, &nodes_control::store::Journal { seq, leaving: vec![a.clone()] })
+        .put_journal(
+            &addr,
+            &nodes_control::store::Journal {
+                seq,
+                leaving: vec![a.clone()],
+            },
+        )
         .await
         .unwrap();
     let cleaned = app
@@ -192,12 +216,19 @@ async fn an_interrupted_clean_is_finished_by_the_next_sweep_by_folding_again() {
     // The stale fence (deadline passed) is found and the fold repeated.
     let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
     assert_eq!(report.recovered, 1, "{report:?}");
-    assert!(store.fences().await.unwrap().is_empty(), "the fence is lowered");
+    assert!(
+        store.fences().await.unwrap().is_empty(),
+        "the fence is lowered"
+    );
     // A repeated fold changes nothing.
     let totals = app.ctx.archive.fold(&[a.clone(), b.clone()]).await.unwrap();
     assert_eq!(totals.get(&a), Some(&4));
     assert_eq!(totals.get(&b), Some(&1));
-    assert_eq!(app.press(&a).await.clicks(), 5, "A left and restored from 4");
+    assert_eq!(
+        app.press(&a).await.clicks(),
+        5,
+        "A left and restored from 4"
+    );
     assert_eq!(app.press(&b).await.clicks(), 2, "B stayed, re-based on 1");
 }
 
@@ -207,7 +238,11 @@ async fn a_postgres_outage_at_expiry_is_a_503_and_the_session_continues_after() 
     common::ensure_database().await;
     let mut config = short_lived_config(1);
     config.sweep_interval_secs = 3600; // only presses archive here
-    let db_name = common::database_url().rsplit_once('/').unwrap().1.to_owned();
+    let db_name = common::database_url()
+        .rsplit_once('/')
+        .unwrap()
+        .1
+        .to_owned();
     config.database_url = format!("postgres://postgres@{}/{db_name}", postgres.addr);
     let app = spawn_app_with(config).await;
     let _nodes = start_nodes(&app, 2, false).await;
@@ -232,4 +267,57 @@ async fn a_postgres_outage_at_expiry_is_a_503_and_the_session_continues_after() 
     };
     assert_eq!(answer.status, 200, "{answer:?}");
     assert_eq!(answer.clicks(), 4, "not reset to zero, not double counted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_of_a_node_killed_mid_run_continue_from_their_last_archived_total() {
+    let app = Arc::new(spawn_app_with(short_lived_config(1)).await);
+    let mut nodes = start_nodes(&app, 3, false).await;
+    let sessions = session_ids("killed", 60);
+    let victim = nodes[0].name.clone();
+    let workload = tokio::spawn({
+        let apps = vec![app.clone()];
+        let sessions = sessions.clone();
+        async move { press_for(&apps, &sessions, 10, Duration::from_secs(6)).await }
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    nodes[0].kill();
+    let mut archived_at_kill = std::collections::HashMap::new();
+    for s in &sessions {
+        archived_at_kill.insert(
+            s.clone(),
+            app.ctx.archive.total(s).await.unwrap().unwrap_or(0),
+        );
+    }
+    let answers = workload.await.unwrap();
+    let mut moved = 0;
+    for (session, seen) in &answers {
+        for (i, window) in seen.windows(2).enumerate() {
+            let ((before, from), (after, to)) = (&window[0], &window[1]);
+            if from == &victim && to != &victim {
+                moved += 1;
+            }
+            if *after == before + 1 {
+                continue;
+            }
+            // The only allowed break: leaving the dead node, restarting from
+            // the last archived total: never above the truth, never below
+            // what was archived when it died.
+            assert_eq!(
+                from, &victim,
+                "{session}: {before} -> {after} at press {i} without a failure"
+            );
+            assert_ne!(to, &victim);
+            assert!(*after <= before + 1, "{session}: above the truth");
+            assert!(
+                *after > archived_at_kill[session],
+                "{session}: {after} is below its archive"
+            );
+        }
+        assert_eq!(seen[0].0, 1);
+    }
+    assert!(
+        moved >= 10,
+        "about a third of 60 sessions lived on the victim; {moved} left it"
+    );
 }

@@ -9,8 +9,8 @@ use serde_json::json;
 use crate::archive::ArchiveError;
 use crate::lifecycle::CleanError;
 use crate::nodes::AdminError;
-use crate::store::StoreError;
 use crate::session::{PressError, SessionIdError};
+use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -87,7 +87,9 @@ impl From<SessionIdError> for ApiError {
 impl From<PressError> for ApiError {
     fn from(e: PressError) -> Self {
         match e {
-            PressError::NoNode => ApiError::unavailable("no_node_available", "no node is available"),
+            PressError::NoNode => {
+                ApiError::unavailable("no_node_available", "no node is available")
+            }
             PressError::NodeFailed { node, source } => {
                 tracing::error!(%node, error = %source, "press failed on two nodes");
                 ApiError::unavailable("no_node_available", "no node could serve the press")
@@ -97,7 +99,10 @@ impl From<PressError> for ApiError {
             PressError::Expire(source) => clean_failed(&source),
             PressError::Fenced(node) => {
                 tracing::error!(%node, "press waited too long for a clean of its node");
-                ApiError::unavailable("node_busy", "the session's node is being cleaned; try again")
+                ApiError::unavailable(
+                    "node_busy",
+                    "the session's node is being cleaned; try again",
+                )
             }
         }
     }
@@ -120,12 +125,18 @@ impl From<AdminError> for ApiError {
 
 fn redis_unavailable(source: &StoreError) -> ApiError {
     tracing::error!(error = %source, cause = %source.source, "Redis unavailable");
-    ApiError::unavailable("redis_unavailable", "session state is unavailable; try again")
+    ApiError::unavailable(
+        "redis_unavailable",
+        "session state is unavailable; try again",
+    )
 }
 
 fn archive_unavailable(source: &ArchiveError) -> ApiError {
     tracing::error!(error = %source, cause = %source.source, "Postgres unavailable");
-    ApiError::unavailable("archive_unavailable", "the session archive is unavailable; try again")
+    ApiError::unavailable(
+        "archive_unavailable",
+        "the session archive is unavailable; try again",
+    )
 }
 
 /// A clean that could not run: most often the node could not archive

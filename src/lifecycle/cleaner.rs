@@ -82,7 +82,9 @@ impl NodeCleaner {
     }
 
     fn busy(node: &str) -> impl FnOnce() -> CleanError + '_ {
-        move || CleanError::Busy { node: node.to_owned() }
+        move || CleanError::Busy {
+            node: node.to_owned(),
+        }
     }
 
     /// Archives the expired sessions `ids` of a node and unmaps them; the
@@ -105,7 +107,10 @@ impl NodeCleaner {
             if state != Some(NodeState::Up) && state != Some(NodeState::Draining) {
                 // Down or gone: nothing to archive, their last archive stands.
                 let unmapped = self.store.apply_clean(addr, &leaving, &[]).await?;
-                return Ok(CleanReport { unmapped, ..CleanReport::default() });
+                return Ok(CleanReport {
+                    unmapped,
+                    ..CleanReport::default()
+                });
             }
             self.fenced_clean(addr, leaving, true).await
         })
@@ -119,14 +124,20 @@ impl NodeCleaner {
             // Its counts are stale and some sessions live elsewhere already:
             // archiving would overwrite newer totals. Drop its mappings.
             let unmapped = self.store.unmap_node(addr).await?.len();
-            CleanReport { unmapped, ..CleanReport::default() }
+            CleanReport {
+                unmapped,
+                ..CleanReport::default()
+            }
         } else {
             let leaving = self.store.node_sessions(addr).await?;
             match self.fenced_clean(addr, leaving, false).await {
                 Err(CleanError::Node { source, .. }) => {
                     warn!(node = %addr, error = %source, "node did not archive on removal; its clicks since the last archive are lost");
                     let unmapped = self.store.unmap_node(addr).await?.len();
-                    CleanReport { unmapped, ..CleanReport::default() }
+                    CleanReport {
+                        unmapped,
+                        ..CleanReport::default()
+                    }
                 }
                 other => other?,
             }
@@ -145,7 +156,10 @@ impl NodeCleaner {
             self.client
                 .clean(addr, false, None)
                 .await
-                .map_err(|source| CleanError::Node { node: addr.to_owned(), source })?;
+                .map_err(|source| CleanError::Node {
+                    node: addr.to_owned(),
+                    source,
+                })?;
             Ok(dropped.len())
         }
         .await;
@@ -156,7 +170,12 @@ impl NodeCleaner {
     /// The clean proper, under the fence: `/clean archive=true`, asking the
     /// node to clean only `leaving` when `selective` (a node may clean all
     /// anyway). `leaving` are unmapped afterwards.
-    async fn fenced_clean(&self, addr: &str, leaving: Vec<String>, selective: bool) -> Result<CleanReport, CleanError> {
+    async fn fenced_clean(
+        &self,
+        addr: &str,
+        leaving: Vec<String>,
+        selective: bool,
+    ) -> Result<CleanReport, CleanError> {
         let seq = self.raise_and_wait(addr).await?;
         let journal = Journal { seq, leaving };
         if let Err(error) = self.store.put_journal(addr, &journal).await {
@@ -170,7 +189,10 @@ impl NodeCleaner {
                 // Nothing was forgotten: lift the fence, leave the mappings.
                 self.store.delete_journal(addr).await?;
                 self.store.lower_fence(addr, seq).await?;
-                return Err(CleanError::Node { node: addr.to_owned(), source });
+                return Err(CleanError::Node {
+                    node: addr.to_owned(),
+                    source,
+                });
             }
         };
         // From here on the node has forgotten sessions.
@@ -202,7 +224,12 @@ impl NodeCleaner {
 
     /// Fold what the node archived, then unmap the leaving sessions and
     /// re-base the live ones the node forgot too.
-    async fn fold_and_apply(&self, addr: &str, journal: &Journal, outcome: CleanOutcome) -> Result<CleanReport, CleanError> {
+    async fn fold_and_apply(
+        &self,
+        addr: &str,
+        journal: &Journal,
+        outcome: CleanOutcome,
+    ) -> Result<CleanReport, CleanError> {
         let (folded_ids, cleaned_all) = match outcome {
             CleanOutcome::Only(_) => (journal.leaving.clone(), false),
             CleanOutcome::All => (self.store.node_sessions(addr).await?, true),
@@ -212,12 +239,22 @@ impl NodeCleaner {
         // A live session without an archive row had no clicks on the node:
         // its base is unchanged and stays as it is.
         let rebased: Vec<(String, i64)> = if cleaned_all {
-            totals.into_iter().filter(|(id, _)| !leaving.contains(id)).collect()
+            totals
+                .into_iter()
+                .filter(|(id, _)| !leaving.contains(id))
+                .collect()
         } else {
             Vec::new()
         };
-        let unmapped = self.store.apply_clean(addr, &journal.leaving, &rebased).await?;
-        Ok(CleanReport { unmapped, rebased: rebased.len(), archived: true })
+        let unmapped = self
+            .store
+            .apply_clean(addr, &journal.leaving, &rebased)
+            .await?;
+        Ok(CleanReport {
+            unmapped,
+            rebased: rebased.len(),
+            archived: true,
+        })
     }
 
     /// Finishes a clean whose cleaner died after `/clean`: the stale fence
@@ -244,7 +281,10 @@ impl NodeCleaner {
     /// Raises the fence on a node and waits until every live replica has
     /// closed its gate to it.
     async fn raise_and_wait(&self, addr: &str) -> Result<u64, CleanError> {
-        let seq = self.store.raise_fence(addr, now_ms() + LOCK_TTL_MS as i64).await?;
+        let seq = self
+            .store
+            .raise_fence(addr, now_ms() + LOCK_TTL_MS as i64)
+            .await?;
         let deadline = tokio::time::Instant::now() + self.ack_timeout;
         loop {
             let since = now_ms() - self.liveness.as_millis() as i64;
@@ -256,7 +296,10 @@ impl NodeCleaner {
             }
             if tokio::time::Instant::now() >= deadline {
                 self.store.lower_fence(addr, seq).await?;
-                return Err(CleanError::FenceTimeout { node: addr.to_owned(), missing });
+                return Err(CleanError::FenceTimeout {
+                    node: addr.to_owned(),
+                    missing,
+                });
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }

@@ -28,8 +28,12 @@ pub struct FenceWatcher {
     replica: Arc<str>,
     /// Fences this replica holds: node -> (seq, release). A std mutex: never
     /// held across an await.
-    held: Arc<Mutex<HashMap<String, (u64, oneshot::Sender<()>)>>>,
+    held: Arc<Mutex<HashMap<String, HeldFence>>>,
 }
+
+/// A fence this replica has closed its gate for: its sequence number and
+/// the sender whose drop opens the gate again.
+type HeldFence = (u64, oneshot::Sender<()>);
 
 impl FenceWatcher {
     pub fn new(store: SessionStore, table: Arc<NodeTable>) -> Self {
@@ -96,7 +100,9 @@ impl FenceWatcher {
             for attempt in 0.. {
                 match watcher.store.ack_fence(&node, seq, &watcher.replica).await {
                     Ok(()) => break,
-                    Err(error) if attempt % 50 == 0 => warn!(%node, seq, %error, "cannot ack fence; retrying"),
+                    Err(error) if attempt % 50 == 0 => {
+                        warn!(%node, seq, %error, "cannot ack fence; retrying")
+                    }
                     Err(_) => {}
                 }
                 tokio::time::sleep(POLL).await;

@@ -95,7 +95,12 @@ impl Sweeper {
     /// Archives an expired session now, with the other expired sessions of
     /// its node (one clean for all of them): a press found it expired
     /// before the sweep got to it.
-    pub async fn sweep_node(&self, addr: &str, session_id: &str, now_ms: i64) -> Result<(), super::CleanError> {
+    pub async fn sweep_node(
+        &self,
+        addr: &str,
+        session_id: &str,
+        now_ms: i64,
+    ) -> Result<(), super::CleanError> {
         let expired = self.store.expired(now_ms, MAX_PER_PRESS).await?;
         let nodes = self.store.nodes_of(&expired).await?;
         let mut mine: Vec<String> = expired

@@ -30,6 +30,13 @@ pub enum NodeCallError {
     Body(String),
 }
 
+impl NodeCallError {
+    /// The node did not answer at all (as opposed to answering badly).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, NodeCallError::Transport(_) | NodeCallError::Timeout)
+    }
+}
+
 /// What a `/clean` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CleanOutcome {

@@ -94,7 +94,17 @@ impl SessionService {
             if current.expires_at_ms <= now_ms() {
                 // Never serve an expired session (DESIGN §4.3): archive it
                 // (with its node's other expired sessions) and start anew.
-                self.sweeper.sweep_node(&current.node, id, now_ms()).await?;
+                match self.sweeper.sweep_node(&current.node, id, now_ms()).await {
+                    Ok(()) => {}
+                    // The node is gone: it fails like a press would, and the
+                    // session restores elsewhere from its last archive.
+                    Err(CleanError::Node { source, .. }) if source.is_unreachable() => {
+                        if let Some(entry) = self.table().get(&current.node) {
+                            self.admin.mark_down(&entry).await;
+                        }
+                    }
+                    Err(error) => return Err(error.into()),
+                }
                 mapping = self.store.lookup(id).await?;
                 continue;
             }

@@ -39,7 +39,11 @@ impl SessionStore {
             .await
             .context("numbering a fence in Redis")?;
         let _: () = conn
-            .hset(self.key(&["fences"]), address, format!("{seq}:{deadline_ms}"))
+            .hset(
+                self.key(&["fences"]),
+                address,
+                format!("{seq}:{deadline_ms}"),
+            )
             .await
             .context("raising a fence in Redis")?;
         Ok(seq)

@@ -13,9 +13,17 @@ pub type Answers = HashMap<String, Vec<(i64, String)>>;
 /// `workers` tasks share `sessions` (each session belongs to one worker, so
 /// its presses are sequential) and press them in turn for `duration`,
 /// alternating replicas. Any non-200 answer fails the test.
-pub async fn press_for(apps: &[Arc<TestApp>], sessions: &[String], workers: usize, duration: Duration) -> Answers {
+pub async fn press_for(
+    apps: &[Arc<TestApp>],
+    sessions: &[String],
+    workers: usize,
+    duration: Duration,
+) -> Answers {
     let deadline = tokio::time::Instant::now() + duration;
-    let chunks: Vec<Vec<String>> = sessions.chunks(sessions.len().div_ceil(workers)).map(|c| c.to_vec()).collect();
+    let chunks: Vec<Vec<String>> = sessions
+        .chunks(sessions.len().div_ceil(workers))
+        .map(|c| c.to_vec())
+        .collect();
     let tasks: Vec<_> = chunks
         .into_iter()
         .enumerate()

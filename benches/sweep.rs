@@ -1,0 +1,184 @@
+//! Sweep benchmark (issue 3): one sweep of 10,000 expired sessions among
+//! 1,000,000 live ones. Prints wall time, Redis commands issued and Redis
+//! memory per live session. Needs Redis and Postgres like the tests:
+//!
+//!     cargo bench --bench sweep            # SWEEP_LIVE=1000000 SWEEP_EXPIRED=10000
+//!
+//! It uses its own key prefix and deletes its keys afterwards.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use nodes_control::store::SessionStore;
+use nodes_control::{Application, Config};
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+async fn redis_info(conn: &mut redis::aio::MultiplexedConnection, field: &str) -> i64 {
+    let info: String = redis::cmd("INFO").query_async(conn).await.unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::main]
+async fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return; // `cargo test --benches` asks for a listing; nothing to list
+    }
+    let live = env_or("SWEEP_LIVE", 1_000_000);
+    let expired = env_or("SWEEP_EXPIRED", 10_000);
+    let redis_url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let database_url = std::env::var("TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/nodes_control_test".into());
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let prefix = format!("bench-{run}:");
+
+    let mut config = Config::new(&database_url, &redis_url, "bench");
+    config.redis_key_prefix = prefix.clone();
+    config.sweep_interval_secs = 3600; // we sweep by hand
+    config.health_check_interval_ms = 60_000;
+    let app = Application::build(config)
+        .await
+        .expect("Redis and Postgres answer");
+    let ctx = app.context();
+    let sweeper = app.sweeper();
+    tokio::spawn(app.run_until_stopped(std::future::pending()));
+
+    let mut nodes = Vec::new();
+    for i in 0..3 {
+        let node = click_node::Node::new(&click_node::Config::for_tests(
+            &format!("b{i}"),
+            &database_url,
+        ))
+        .unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(click_node::serve(listener, node, std::future::pending()));
+        ctx.admin.add(&addr, None, None).await.unwrap();
+        nodes.push(addr);
+    }
+
+    let client = redis::Client::open(redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let memory_before = redis_info(&mut conn, "used_memory").await;
+
+    // Place every session through the real placement script.
+    let store: Arc<SessionStore> = Arc::new(ctx.store.clone());
+    let now = nodes_control_now();
+    let started = Instant::now();
+    futures::stream::iter(0..live + expired)
+        .map(|i| {
+            let store = store.clone();
+            let run = &run;
+            async move {
+                let (id, exp) = if i < expired {
+                    (format!("{run}-exp-{i}"), now - 1000)
+                } else {
+                    (format!("{run}-live-{i}"), now + 3_600_000)
+                };
+                store.place(&id, 0, exp, None).await.unwrap();
+            }
+        })
+        .buffer_unordered(256)
+        .collect::<()>()
+        .await;
+    println!(
+        "placed {} sessions in {:.1?}",
+        live + expired,
+        started.elapsed()
+    );
+    let memory_after = redis_info(&mut conn, "used_memory").await;
+
+    // Give the expiring sessions real clicks so the nodes archive them.
+    let http = reqwest::Client::new();
+    futures::stream::iter(0..expired)
+        .map(|i| {
+            let http = http.clone();
+            let store = store.clone();
+            let run = &run;
+            async move {
+                let id = format!("{run}-exp-{i}");
+                let node = store.lookup(&id).await.unwrap().unwrap().node;
+                http.post(format!("{node}/press"))
+                    .json(&serde_json::json!({ "session_id": id }))
+                    .send()
+                    .await
+                    .unwrap();
+            }
+        })
+        .buffer_unordered(64)
+        .collect::<()>()
+        .await;
+
+    // Background commands (fence polls, heartbeats) over the same span, to subtract.
+    let idle_start = redis_info(&mut conn, "total_commands_processed").await;
+    let idle_clock = Instant::now();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle_rate = (redis_info(&mut conn, "total_commands_processed").await - idle_start - 2)
+        as f64
+        / idle_clock.elapsed().as_secs_f64();
+
+    let commands_before = redis_info(&mut conn, "total_commands_processed").await;
+    let started = Instant::now();
+    let report = sweeper.sweep_once(nodes_control_now()).await.unwrap();
+    let wall = started.elapsed();
+    let commands = redis_info(&mut conn, "total_commands_processed").await - commands_before - 1;
+    let background = (idle_rate * wall.as_secs_f64()).round() as i64;
+
+    assert_eq!(report.expired, expired);
+    assert_eq!(report.unmapped, expired);
+    println!("sweep of {expired} expired among {live} live sessions:");
+    println!("  wall time            {wall:.1?}");
+    println!(
+        "  redis commands       {} (total {commands}, minus ~{background} from background polls)",
+        commands - background
+    );
+    println!(
+        "  redis memory/session {} bytes ({} sessions, {:.1} MiB)",
+        (memory_after - memory_before) / (live + expired) as i64,
+        live + expired,
+        (memory_after - memory_before) as f64 / 1048576.0
+    );
+
+    // Clean up our keys.
+    let mut keys: Vec<String> = Vec::new();
+    {
+        let mut scan = conn.clone();
+        let mut iter: redis::AsyncIter<String> =
+            redis::AsyncCommands::scan_match(&mut scan, format!("{prefix}*"))
+                .await
+                .unwrap();
+        while let Some(key) = iter.next_item().await {
+            keys.push(key.unwrap());
+        }
+    }
+    for chunk in keys.chunks(10_000) {
+        redis::cmd("UNLINK")
+            .arg(chunk)
+            .query_async::<()>(&mut conn)
+            .await
+            .unwrap();
+    }
+    let ids: Vec<String> = (0..expired).map(|i| format!("{run}-exp-{i}")).collect();
+    let pool = sqlx::PgPool::connect(&database_url).await.unwrap();
+    sqlx::query("DELETE FROM session_archive WHERE session_id = ANY($1)")
+        .bind(&ids)
+        .execute(&pool)
+        .await
+        .unwrap();
+}
+
+fn nodes_control_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
