@@ -6,6 +6,7 @@ pub mod config;
 pub mod http;
 pub mod lifecycle;
 pub mod nodes;
+pub mod periodic;
 pub mod session;
 pub mod startup;
 pub mod store;

@@ -102,7 +102,7 @@ async fn a_redis_outage_is_a_503_and_presses_resume_when_it_returns() {
     assert_eq!(ready.status(), 503);
 
     redis.restore();
-    let answer = eventually_ok(|| app.press(&session)).await;
+    let answer = common::press_until_ok(&app, &session).await;
     assert_eq!(answer.clicks(), 2, "the count must survive the outage");
 }
 
@@ -110,13 +110,7 @@ async fn a_redis_outage_is_a_503_and_presses_resume_when_it_returns() {
 async fn a_postgres_outage_blocks_restores_with_503_and_never_restarts_from_zero() {
     let postgres = TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
     common::ensure_database().await;
-    let mut config = test_config();
-    let db_name = common::database_url()
-        .rsplit_once('/')
-        .unwrap()
-        .1
-        .to_owned();
-    config.database_url = format!("postgres://postgres@{}/{db_name}", postgres.addr);
+    let config = common::through_postgres_proxy(test_config(), &postgres);
     let app = spawn_app_with(config).await;
     let nodes = start_nodes(&app, 2, false).await;
     let session = unique("pg-outage");
@@ -142,7 +136,7 @@ async fn a_postgres_outage_blocks_restores_with_503_and_never_restarts_from_zero
     assert_eq!(app.press(&unique("pg-new")).await.status, 503);
 
     postgres.restore();
-    let answer = eventually_ok(|| app.press(&session)).await;
+    let answer = common::press_until_ok(&app, &session).await;
     assert_eq!(
         answer.clicks(),
         5,
@@ -189,20 +183,4 @@ async fn a_node_that_comes_back_is_wiped_before_it_takes_sessions_again() {
         0,
         "a recovered node must be wiped"
     );
-}
-
-async fn eventually_ok<F, Fut>(mut press: F) -> common::PressAnswer
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = common::PressAnswer>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let answer = press().await;
-        if answer.status == 200 || tokio::time::Instant::now() > deadline {
-            assert_eq!(answer.status, 200, "did not recover: {answer:?}");
-            return answer;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }

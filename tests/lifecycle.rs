@@ -236,14 +236,8 @@ async fn an_interrupted_clean_is_finished_by_the_next_sweep_by_folding_again() {
 async fn a_postgres_outage_at_expiry_is_a_503_and_the_session_continues_after() {
     let postgres = common::TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
     common::ensure_database().await;
-    let mut config = short_lived_config(1);
+    let mut config = common::through_postgres_proxy(short_lived_config(1), &postgres);
     config.sweep_interval_secs = 3600; // only presses archive here
-    let db_name = common::database_url()
-        .rsplit_once('/')
-        .unwrap()
-        .1
-        .to_owned();
-    config.database_url = format!("postgres://postgres@{}/{db_name}", postgres.addr);
     let app = spawn_app_with(config).await;
     let _nodes = start_nodes(&app, 2, false).await;
     let s = unique("pg-expiry");
@@ -257,15 +251,7 @@ async fn a_postgres_outage_at_expiry_is_a_503_and_the_session_continues_after() 
     let body: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
     assert_eq!(body["code"], "archive_unavailable");
     postgres.restore();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    let answer = loop {
-        let answer = app.press(&s).await;
-        if answer.status == 200 || tokio::time::Instant::now() > deadline {
-            break answer;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    assert_eq!(answer.status, 200, "{answer:?}");
+    let answer = common::press_until_ok(&app, &s).await;
     assert_eq!(answer.clicks(), 4, "not reset to zero, not double counted");
 }
 

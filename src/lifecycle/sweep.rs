@@ -116,17 +116,11 @@ impl Sweeper {
 
     /// Sweeps every `interval` until cancelled.
     pub async fn run(self, interval: Duration, cancel: CancellationToken) {
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = ticker.tick() => {
-                    if let Err(error) = self.sweep_once(now_ms()).await {
-                        warn!(%error, "sweep failed");
-                    }
-                }
+        crate::periodic::every(interval, cancel, || async {
+            if let Err(error) = self.sweep_once(now_ms()).await {
+                warn!(%error, "sweep failed");
             }
-        }
+        })
+        .await
     }
 }

@@ -74,13 +74,9 @@ impl HealthChecker {
 
     /// Runs [`check_once`](Self::check_once) every `interval` until cancelled.
     pub async fn run(self, interval: Duration, cancel: CancellationToken) {
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = ticker.tick() => { self.check_once().await; }
-            }
-        }
+        crate::periodic::every(interval, cancel, || async {
+            self.check_once().await;
+        })
+        .await
     }
 }

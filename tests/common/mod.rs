@@ -226,6 +226,26 @@ pub async fn spawn_cluster(n: usize) -> (TestApp, Vec<TestNode>) {
     (app, nodes)
 }
 
+/// `config` with Postgres reached through `proxy` (which a test can cut).
+pub fn through_postgres_proxy(mut config: Config, proxy: &TcpProxy) -> Config {
+    let db_name = database_url().rsplit_once('/').unwrap().1.to_owned();
+    config.database_url = format!("postgres://postgres@{}/{db_name}", proxy.addr);
+    config
+}
+
+/// Presses until the balancer answers 200 (at most 15 s), after an outage.
+pub async fn press_until_ok(app: &TestApp, session: &str) -> PressAnswer {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let answer = app.press(session).await;
+        if answer.status == 200 || tokio::time::Instant::now() > deadline {
+            assert_eq!(answer.status, 200, "did not recover: {answer:?}");
+            return answer;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// A configuration whose sessions live `ttl_secs` and are swept every second.
 pub fn short_lived_config(ttl_secs: u64) -> Config {
     let mut config = test_config();
