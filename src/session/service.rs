@@ -175,10 +175,12 @@ impl SessionService {
         Ok(placement.mapping)
     }
 
-    /// The node's entry in this replica's view, refreshing the view once if
-    /// another replica added the node since our last refresh.
+    /// The node's entry in this replica's view. The view is refreshed
+    /// first when it does not know the node (another replica added it) or
+    /// thinks it down (another replica may have recovered it): moving a
+    /// session off a node that is in fact up would lose its clicks there.
     async fn entry(&self, address: &str) -> Result<Option<Arc<NodeEntry>>, PressError> {
-        if let Some(entry) = self.table().get(address) {
+        if let Some(entry) = self.table().get(address).filter(|e| e.serves_presses()) {
             return Ok(Some(entry));
         }
         self.admin.refresh().await?;

@@ -106,9 +106,15 @@ impl SessionStore {
             .context("reading fence acknowledgements from Redis")
     }
 
+    /// Records that `replica` is alive, and forgets replicas silent for an
+    /// hour (they died without leaving; the fence stopped waiting for them
+    /// long before).
     pub async fn heartbeat(&self, replica: &str, now_ms: i64) -> StoreResult<()> {
-        self.conn()
-            .zadd::<_, _, _, ()>(self.key(&["replicas"]), replica, now_ms)
+        let key = self.key(&["replicas"]);
+        redis::pipe()
+            .zadd(&key, replica, now_ms)
+            .zrembyscore(&key, "-inf", now_ms - 3_600_000)
+            .query_async::<()>(&mut self.conn())
             .await
             .context("recording a replica heartbeat in Redis")
     }
