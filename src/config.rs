@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use balancing::StrategyKind;
 use clap::{Parser, ValueEnum};
 
 pub const DEFAULT_SESSION_TTL_SECS: u64 = 600;
@@ -57,12 +58,17 @@ pub struct Config {
     /// How new sessions are placed.
     #[arg(long, env = "PLACEMENT", value_enum, default_value_t = Placement::LeastSessions)]
     pub placement: Placement,
-    /// Stateless routing strategy of `GET /process/{req_id}`.
+    /// Stateless routing strategy of `GET /process/{req_id}`: rr, wrr, lc,
+    /// ch, maglev, hrw, key-hash, ip-hash, random, p2c.
     #[arg(long, env = "STRATEGY", default_value = "rr")]
-    pub strategy: String,
-    /// Virtual nodes per node on the consistent-hash ring.
+    pub strategy: StrategyKind,
+    /// Virtual nodes per node (and unit of weight) on the consistent-hash ring.
     #[arg(long, env = "VIRTUAL_NODES", default_value_t = DEFAULT_VIRTUAL_NODES)]
     pub virtual_nodes: u32,
+    /// Consistent hashing with bounded loads: no node above this factor
+    /// times the average in-flight load (e.g. 1.25). Unset: the plain ring.
+    #[arg(long, env = "CH_LOAD_FACTOR")]
+    pub ch_load_factor: Option<f64>,
     /// Nodes registered at start-up, comma-separated (`http://n1:8081,http://n2:8081`).
     #[arg(long, env = "NODES", value_delimiter = ',', default_value = "")]
     pub nodes: Vec<String>,
@@ -75,6 +81,34 @@ pub struct Config {
 pub enum Placement {
     /// The up node with the fewest active sessions (atomic in Redis).
     LeastSessions,
+    /// Each replica cycles through the up nodes.
+    RoundRobin,
+    /// Smooth weighted round-robin (nginx), by node weight.
+    WeightedRoundRobin,
+    /// The up node with the fewest presses in flight from this replica.
+    LeastConnections,
+    /// The ring (bounded loads with `CH_LOAD_FACTOR`), keyed by session id.
+    ConsistentHash,
+    /// Weighted random.
+    Random,
+    /// Power of two choices on presses in flight.
+    P2c,
+}
+
+impl Placement {
+    /// The strategy that chooses the node; `None`: least sessions, chosen
+    /// inside the placement script from the shared counts.
+    pub fn strategy(self) -> Option<StrategyKind> {
+        match self {
+            Placement::LeastSessions => None,
+            Placement::RoundRobin => Some(StrategyKind::RoundRobin),
+            Placement::WeightedRoundRobin => Some(StrategyKind::SmoothWeighted),
+            Placement::LeastConnections => Some(StrategyKind::LeastConnections),
+            Placement::ConsistentHash => Some(StrategyKind::ConsistentHash),
+            Placement::Random => Some(StrategyKind::Random),
+            Placement::P2c => Some(StrategyKind::PowerOfTwoChoices),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -99,8 +133,9 @@ impl Config {
             node_connect_timeout_ms: DEFAULT_NODE_CONNECT_TIMEOUT_MS,
             health_check_interval_ms: DEFAULT_HEALTH_INTERVAL_MS,
             placement: Placement::LeastSessions,
-            strategy: "rr".into(),
+            strategy: StrategyKind::RoundRobin,
             virtual_nodes: DEFAULT_VIRTUAL_NODES,
+            ch_load_factor: None,
             nodes: Vec::new(),
             log_format: LogFormat::Pretty,
         }

@@ -7,6 +7,7 @@ pub mod http;
 pub mod lifecycle;
 pub mod nodes;
 pub mod periodic;
+pub mod routing;
 pub mod session;
 pub mod startup;
 pub mod store;

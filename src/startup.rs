@@ -13,7 +13,8 @@ use crate::archive::Archive;
 use crate::config::Config;
 use crate::http::{self, ApiContext};
 use crate::lifecycle::{FenceWatcher, NodeCleaner, Sweeper};
-use crate::nodes::{HealthChecker, NodeAdmin, NodeClient, NodeTable};
+use crate::nodes::{HealthChecker, NodeAdmin, NodeClient, NodeTable, Selector};
+use crate::routing::Router;
 use crate::session::SessionService;
 use crate::store::SessionStore;
 
@@ -54,14 +55,33 @@ impl Application {
             config.node_timeout(),
         );
         let sweeper = Sweeper::new(store.clone(), cleaner.clone());
-        let fences = FenceWatcher::new(store.clone(), table);
+        let fences = FenceWatcher::new(store.clone(), table.clone());
         let admin = NodeAdmin::new(store.clone(), cleaner, client.clone());
+        let placement = config.placement.strategy().map(|kind| {
+            Selector::new(
+                kind,
+                table.clone(),
+                config.virtual_nodes,
+                config.ch_load_factor,
+            )
+        });
+        let router = Router::new(
+            Selector::new(
+                config.strategy,
+                table.clone(),
+                config.virtual_nodes,
+                config.ch_load_factor,
+            ),
+            admin.clone(),
+            client.clone(),
+        );
         let sessions = SessionService::new(
             store.clone(),
             archive.clone(),
             admin.clone(),
             client.clone(),
             sweeper.clone(),
+            placement,
             config.session_ttl(),
         );
         let listener = TcpListener::bind(&config.listen_addr)
@@ -70,6 +90,7 @@ impl Application {
         let ctx = ApiContext {
             sessions: Arc::new(sessions),
             admin: Arc::new(admin.clone()),
+            router,
             store,
             archive,
             admin_token: admin_token.into(),
@@ -138,7 +159,9 @@ impl Application {
         ];
         info!(addr = %self.listener.local_addr()?, "nodes-control listening");
         let server_cancel = cancel.clone();
-        let result = axum::serve(self.listener, http::router(self.ctx))
+        let app =
+            http::router(self.ctx).into_make_service_with_connect_info::<std::net::SocketAddr>();
+        let result = axum::serve(self.listener, app)
             .with_graceful_shutdown(async move {
                 tokio::select! {
                     _ = shutdown => {}

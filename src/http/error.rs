@@ -9,6 +9,7 @@ use serde_json::json;
 use crate::archive::ArchiveError;
 use crate::lifecycle::CleanError;
 use crate::nodes::AdminError;
+use crate::routing::RouteError;
 use crate::session::{PressError, SessionIdError};
 use crate::store::StoreError;
 
@@ -105,6 +106,15 @@ impl From<PressError> for ApiError {
                 )
             }
         }
+    }
+}
+
+impl From<RouteError> for ApiError {
+    fn from(e: RouteError) -> Self {
+        if let RouteError::NodeFailed { node, source } = &e {
+            tracing::error!(%node, error = %source, "/process failed on every node tried");
+        }
+        ApiError::unavailable("no_node_available", "no node could serve the request")
     }
 }
 

@@ -6,6 +6,7 @@ mod extract;
 mod health;
 mod nodes;
 mod press;
+mod process;
 
 use std::sync::Arc;
 
@@ -28,6 +29,7 @@ use crate::store::SessionStore;
 pub struct ApiContext {
     pub sessions: Arc<SessionService>,
     pub admin: Arc<NodeAdmin>,
+    pub router: crate::routing::Router,
     pub store: SessionStore,
     pub archive: Archive,
     pub admin_token: Arc<str>,
@@ -39,6 +41,7 @@ pub fn router(ctx: ApiContext) -> Router {
         .route("/press", post(press::press))
         .route("/node", post(nodes::node_command))
         .route("/nodes", get(nodes::list))
+        .route("/process/{req_id}", get(process::process))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))

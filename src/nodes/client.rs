@@ -15,6 +15,8 @@ use super::table::NodeEntry;
 
 /// Largest node answer we read: `You clicked 2147483647 times` is 28 bytes.
 const MAX_PRESS_BODY: usize = 1024;
+/// Largest `/process` answer passed through.
+const MAX_PROCESS_BODY: usize = 1 << 20;
 
 /// Why a call to a node failed. Every variant counts as a node failure
 /// (DESIGN §4.8).
@@ -100,6 +102,45 @@ impl NodeClient {
                 return Err(NodeCallError::Status(status));
             }
             parse_clicks(&body)
+        };
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .map_err(|_| NodeCallError::Timeout)?
+    }
+
+    /// `GET {address}{path_and_query}` through the pooled client; any status
+    /// comes back (a 5xx is the node's answer), transport failures and
+    /// timeouts are errors.
+    pub async fn get(
+        &self,
+        address: &str,
+        path_and_query: &str,
+    ) -> Result<(StatusCode, Option<http::HeaderValue>, Bytes), NodeCallError> {
+        let uri: http::Uri = format!("{address}{path_and_query}")
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| NodeCallError::Transport(e.to_string()))?;
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri(uri)
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| NodeCallError::Transport(e.to_string()))?;
+        let call = async {
+            let response = self
+                .hot
+                .request(request)
+                .await
+                .map_err(|e| NodeCallError::Transport(error_chain(&e)))?;
+            let status = response.status();
+            let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
+            let body = Limited::new(response.into_body(), MAX_PROCESS_BODY)
+                .collect()
+                .await
+                .map_err(|e| NodeCallError::Transport(e.to_string()))?
+                .to_bytes();
+            if status.is_server_error() {
+                return Err(NodeCallError::Status(status));
+            }
+            Ok((status, content_type, body))
         };
         tokio::time::timeout(self.timeout, call)
             .await

@@ -5,10 +5,12 @@ pub mod address;
 pub mod admin;
 pub mod client;
 pub mod health;
+pub mod selector;
 pub mod table;
 
 pub use address::NodeAddress;
 pub use admin::{AdminError, NodeAdmin, NodeView, Removal};
 pub use client::{CleanOutcome, NodeCallError, NodeClient};
 pub use health::{HealthChecker, HealthReport};
+pub use selector::Selector;
 pub use table::{NodeEntry, NodeTable};

@@ -3,9 +3,10 @@
 //! costs one Redis round trip (the session lookup) and nothing more.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
+use balancing::LoadTracker;
 use http::Uri;
 use tokio::sync::{RwLock as AsyncRwLock, RwLockWriteGuard};
 
@@ -20,7 +21,11 @@ pub struct NodeEntry {
     /// `http://host:port/press`, parsed once so forwarding allocates no URI.
     pub press_uri: Uri,
     state: AtomicU8,
-    in_flight: AtomicU64,
+    /// This replica's requests in flight to the node (presses and
+    /// `/process`), shared with the load-aware strategies.
+    in_flight: Arc<AtomicUsize>,
+    /// The table's membership version, moved on when this node's state changes.
+    version: Arc<AtomicU64>,
     /// Table epoch at which the last clean of this node ended.
     cleaned_at: AtomicU64,
     /// Presses hold a read guard while in flight to the node; a clean takes
@@ -33,7 +38,7 @@ pub struct NodeEntry {
 }
 
 impl NodeEntry {
-    fn new(record: &NodeRecord) -> Option<Self> {
+    fn new(record: &NodeRecord, loads: &LoadTracker, version: &Arc<AtomicU64>) -> Option<Self> {
         let press_uri = format!("{}/press", record.address).parse().ok()?;
         Some(Self {
             address: record.address.clone(),
@@ -41,7 +46,8 @@ impl NodeEntry {
             weight: record.weight,
             press_uri,
             state: AtomicU8::new(encode(record.state)),
-            in_flight: AtomicU64::new(0),
+            in_flight: loads.counter(&record.address.as_str().into()),
+            version: version.clone(),
             cleaned_at: AtomicU64::new(0),
             gate: AsyncRwLock::new(()),
             health_fails: AtomicU32::new(0),
@@ -54,7 +60,9 @@ impl NodeEntry {
     }
 
     pub fn set_state(&self, state: NodeState) {
-        self.state.store(encode(state), Ordering::Release);
+        if self.state.swap(encode(state), Ordering::AcqRel) != encode(state) {
+            self.version.fetch_add(1, Ordering::AcqRel);
+        }
     }
 
     /// Whether presses of sessions mapped here may be forwarded to it.
@@ -69,7 +77,7 @@ impl NodeEntry {
 
     /// Presses of this replica currently in flight to the node.
     pub fn in_flight(&self) -> u64 {
-        self.in_flight.load(Ordering::Relaxed)
+        self.in_flight.load(Ordering::Relaxed) as u64
     }
 
     /// Counts a press in flight until the guard drops, even if the request
@@ -118,6 +126,11 @@ fn decode(v: u8) -> NodeState {
 /// All nodes this replica knows, by normalised address.
 #[derive(Debug, Default)]
 pub struct NodeTable {
+    /// In-flight counts by node address, read by load-aware strategies.
+    loads: LoadTracker,
+    /// Moves on whenever a node joins, leaves or changes state, so strategy
+    /// node sets are rebuilt only when something changed.
+    version: Arc<AtomicU64>,
     /// A std lock: held only to clone an `Arc` out or to swap entries, never
     /// across an await.
     entries: RwLock<HashMap<String, Arc<NodeEntry>>>,
@@ -153,40 +166,59 @@ impl NodeTable {
     /// in-flight counters and gates.
     pub fn sync(&self, records: &[NodeRecord]) {
         let mut entries = self.entries.write().unwrap_or_else(|e| e.into_inner());
+        let before = entries.len();
         entries.retain(|address, _| records.iter().any(|r| &r.address == address));
-        for record in records {
-            apply(&mut entries, record);
+        if entries.len() != before {
+            self.version.fetch_add(1, Ordering::AcqRel);
         }
+        for record in records {
+            self.apply(&mut entries, record);
+        }
+    }
+
+    /// Membership version: changes whenever the set of up nodes may have.
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    pub fn loads(&self) -> &LoadTracker {
+        &self.loads
     }
 
     /// Sets one node's state in this view right away (the registry is the
     /// source of truth; this saves waiting for the next refresh).
     pub fn upsert(&self, record: &NodeRecord) {
-        apply(
+        self.apply(
             &mut self.entries.write().unwrap_or_else(|e| e.into_inner()),
             record,
         );
     }
 
     pub fn remove(&self, address: &str) {
-        self.entries
+        if self
+            .entries
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .remove(address);
+            .remove(address)
+            .is_some()
+        {
+            self.version.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    fn apply(&self, entries: &mut HashMap<String, Arc<NodeEntry>>, record: &NodeRecord) {
+        match entries.get(&record.address) {
+            Some(entry) => entry.set_state(record.state),
+            None => {
+                if let Some(entry) = NodeEntry::new(record, &self.loads, &self.version) {
+                    entries.insert(record.address.clone(), Arc::new(entry));
+                    self.version.fetch_add(1, Ordering::AcqRel);
+                }
+            }
+        }
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<NodeEntry>>> {
         self.entries.read().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-fn apply(entries: &mut HashMap<String, Arc<NodeEntry>>, record: &NodeRecord) {
-    match entries.get(&record.address) {
-        Some(entry) => entry.set_state(record.state),
-        None => {
-            if let Some(entry) = NodeEntry::new(record) {
-                entries.insert(record.address.clone(), Arc::new(entry));
-            }
-        }
     }
 }

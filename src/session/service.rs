@@ -6,7 +6,7 @@ use tracing::{debug, warn};
 use super::SessionId;
 use crate::archive::{Archive, ArchiveError};
 use crate::lifecycle::{CleanError, Sweeper};
-use crate::nodes::{NodeAdmin, NodeCallError, NodeClient, NodeEntry, NodeTable};
+use crate::nodes::{NodeAdmin, NodeCallError, NodeClient, NodeEntry, NodeTable, Selector};
 use crate::store::{now_ms, Mapping, SessionStore, StoreError};
 
 /// Bound on the press loop (lookups after a fence, placements after a node
@@ -50,6 +50,9 @@ pub struct SessionService {
     admin: NodeAdmin,
     client: NodeClient,
     sweeper: Sweeper,
+    /// The strategy choosing nodes for new sessions; `None`: least sessions,
+    /// chosen inside the placement script.
+    placement: Option<Arc<Selector>>,
     ttl: Duration,
 }
 
@@ -63,6 +66,7 @@ impl SessionService {
         admin: NodeAdmin,
         client: NodeClient,
         sweeper: Sweeper,
+        placement: Option<Selector>,
         ttl: Duration,
     ) -> Self {
         Self {
@@ -71,6 +75,7 @@ impl SessionService {
             admin,
             client,
             sweeper,
+            placement: placement.map(Arc::new),
             ttl,
         }
     }
@@ -163,9 +168,16 @@ impl SessionService {
     async fn place(&self, id: &str, stale_node: Option<&str>) -> Result<Mapping, PressError> {
         let base = self.archive.fold_one(id).await?;
         let expires_at_ms = now_ms() + self.ttl.as_millis() as i64;
+        // The strategy's choice is a preference: the script still places
+        // atomically, and falls back to least sessions if it went down.
+        let preferred = self
+            .placement
+            .as_ref()
+            .and_then(|s| s.pick(id.as_bytes()))
+            .map(|p| p.into_node());
         let placement = self
             .store
-            .place(id, base, expires_at_ms, stale_node)
+            .place(id, base, expires_at_ms, stale_node, preferred.as_deref())
             .await?
             .ok_or(PressError::NoNode)?;
         if placement.created {

@@ -4,8 +4,12 @@
 -- down), that mapping is dropped first and the session placed anew; if it is
 -- mapped anywhere else, that mapping wins and is returned unchanged.
 --
+-- The node is ARGV[6] when the caller's strategy chose one that is still up,
+-- else the up node with the fewest active sessions (PLACEMENT=least-sessions).
+--
 -- KEYS[1] session hash, KEYS[2] placeable zset (up nodes by active sessions),
--- KEYS[3] expiry zset.  ARGV: prefix, session id, base, expires_at_ms, stale node.
+-- KEYS[3] expiry zset.  ARGV: prefix, session id, base, expires_at_ms, stale
+-- node, preferred node ('' for least sessions).
 -- Returns {node, base, expires_at_ms, created(0|1)} or false when no node is up.
 local prefix, id, base, exp, stale = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local cur = redis.call('HMGET', KEYS[1], 'node', 'base', 'exp')
@@ -23,8 +27,12 @@ if cur[1] then
   redis.call('DEL', KEYS[1])
   redis.call('ZREM', KEYS[3], id)
 end
-local pick = redis.call('ZRANGE', KEYS[2], 0, 0)
-local node = pick[1]
+local node = nil
+if ARGV[6] ~= '' and ARGV[6] ~= stale and redis.call('ZSCORE', KEYS[2], ARGV[6]) then
+  node = ARGV[6]
+else
+  node = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+end
 if not node then
   return false
 end

@@ -40,15 +40,17 @@ impl SessionStore {
         }))
     }
 
-    /// Places a session on the least-loaded up node unless it is mapped
-    /// already; a mapping to `stale_node` is dropped and replaced. Returns
-    /// `None` when no node is up.
+    /// Places a session on `preferred_node` if it is up, else on the up node
+    /// with the fewest active sessions, unless it is mapped already; a
+    /// mapping to `stale_node` is dropped and replaced. Returns `None` when
+    /// no node is up.
     pub async fn place(
         &self,
         session_id: &str,
         base: i64,
         expires_at_ms: i64,
         stale_node: Option<&str>,
+        preferred_node: Option<&str>,
     ) -> StoreResult<Option<Placement>> {
         let reply: Option<(String, i64, i64, i64)> = self
             .scripts
@@ -61,6 +63,7 @@ impl SessionStore {
             .arg(base)
             .arg(expires_at_ms)
             .arg(stale_node.unwrap_or(""))
+            .arg(preferred_node.unwrap_or(""))
             .invoke_async(&mut self.conn())
             .await
             .context("placing a session in Redis")?;

@@ -1,0 +1,81 @@
+//! Key hash (`hash(key) mod n`) and IP hash (nginx `ip_hash`: an IPv4
+//! client is keyed by its first three octets, so a /24 sticks together).
+//! Simple and even, but a membership change remaps most keys: prefer the
+//! ring, Maglev or rendezvous hashing when nodes come and go.
+
+use std::net::IpAddr;
+use std::sync::RwLock;
+
+use crate::hash::hash_key;
+use crate::{Node, NodeId, Pick, Strategy};
+
+#[derive(Debug, Default)]
+pub struct KeyHash {
+    nodes: RwLock<Vec<NodeId>>,
+}
+
+impl KeyHash {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Strategy for KeyHash {
+    fn name(&self) -> &'static str {
+        "key-hash"
+    }
+
+    fn set_nodes(&self, nodes: &[Node]) {
+        *self.nodes.write().unwrap_or_else(|e| e.into_inner()) =
+            nodes.iter().map(|n| n.id.clone()).collect();
+    }
+
+    fn pick(&self, key: &[u8]) -> Option<Pick> {
+        let nodes = self.nodes.read().unwrap_or_else(|e| e.into_inner());
+        if nodes.is_empty() {
+            return None;
+        }
+        let i = (hash_key(key) % nodes.len() as u64) as usize;
+        Some(Pick::plain(nodes[i].clone()))
+    }
+}
+
+/// [`KeyHash`] over the client address given as the key (text, e.g.
+/// `192.0.2.7` or `2001:db8::1`).
+#[derive(Debug, Default)]
+pub struct IpHash {
+    inner: KeyHash,
+}
+
+impl IpHash {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// What an address is hashed on: the first three octets of IPv4, the
+    /// whole of anything else.
+    pub fn key_of(key: &[u8]) -> Vec<u8> {
+        match std::str::from_utf8(key)
+            .ok()
+            .and_then(|s| s.trim().parse::<IpAddr>().ok())
+        {
+            Some(IpAddr::V4(v4)) => v4.octets()[..3].to_vec(),
+            Some(IpAddr::V6(v6)) => v6.octets().to_vec(),
+            None => key.to_vec(),
+        }
+    }
+}
+
+impl Strategy for IpHash {
+    fn name(&self) -> &'static str {
+        "ip-hash"
+    }
+
+    fn set_nodes(&self, nodes: &[Node]) {
+        self.inner.set_nodes(nodes);
+    }
+
+    fn pick(&self, key: &[u8]) -> Option<Pick> {
+        self.inner.pick(&Self::key_of(key))
+    }
+}

@@ -1,0 +1,70 @@
+//! In-flight counts per node, shared by the load-aware strategies and by
+//! whoever sends the requests.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+
+use crate::NodeId;
+
+/// Per-node in-flight counters. Cheap to clone; clones share the counts.
+#[derive(Debug, Clone, Default)]
+pub struct LoadTracker {
+    counters: Arc<RwLock<HashMap<NodeId, Arc<AtomicUsize>>>>,
+}
+
+impl LoadTracker {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The node's counter, created at zero on first use.
+    pub fn counter(&self, node: &NodeId) -> Arc<AtomicUsize> {
+        if let Some(c) = self
+            .counters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(node)
+        {
+            return c.clone();
+        }
+        self.counters
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(node.clone())
+            .or_default()
+            .clone()
+    }
+
+    pub fn load(&self, node: &NodeId) -> usize {
+        self.counters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(node)
+            .map(|c| c.load(Ordering::Acquire))
+            .unwrap_or(0)
+    }
+
+    /// Counts one request in flight on `node` until the guard drops.
+    pub fn start(&self, node: &NodeId) -> InFlight {
+        InFlight::new(self.counter(node))
+    }
+}
+
+/// One request in flight; dropping it (even by cancellation or unwinding)
+/// releases the slot exactly once.
+#[derive(Debug)]
+pub struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    pub(crate) fn new(counter: Arc<AtomicUsize>) -> Self {
+        counter.fetch_add(1, Ordering::AcqRel);
+        Self(counter)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}

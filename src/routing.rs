@@ -1,0 +1,100 @@
+//! Stateless routing of `GET /process/{req_id}?user_id=N` (DESIGN §3): each
+//! request goes to the node `STRATEGY` picks, keyed by `user_id` (by the
+//! client address for `ip-hash`), and the node's answer comes back as is.
+
+use std::sync::Arc;
+
+use balancing::{hash_key, StrategyKind};
+use bytes::Bytes;
+use http::{HeaderValue, StatusCode};
+use tracing::{debug, warn};
+
+use crate::nodes::{NodeAdmin, NodeCallError, NodeClient, Selector};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RouteError {
+    #[error("no node is available")]
+    NoNode,
+    #[error("node {node} failed: {source}")]
+    NodeFailed {
+        node: String,
+        #[source]
+        source: NodeCallError,
+    },
+}
+
+/// A node's answer, passed through.
+#[derive(Debug)]
+pub struct Routed {
+    pub status: StatusCode,
+    pub content_type: Option<HeaderValue>,
+    pub body: Bytes,
+    pub node_name: String,
+}
+
+#[derive(Clone)]
+pub struct Router {
+    selector: Arc<Selector>,
+    admin: NodeAdmin,
+    client: NodeClient,
+}
+
+impl Router {
+    pub fn new(selector: Selector, admin: NodeAdmin, client: NodeClient) -> Self {
+        Self {
+            selector: Arc::new(selector),
+            admin,
+            client,
+        }
+    }
+
+    pub fn strategy(&self) -> StrategyKind {
+        self.selector.kind()
+    }
+
+    /// Forwards `path_and_query` (already `/process/..`) to the node picked
+    /// for `key`. A node that fails is marked down and the request goes once
+    /// more, to the node picked without it.
+    pub async fn route(&self, path_and_query: &str, key: &[u8]) -> Result<Routed, RouteError> {
+        let mut last = None;
+        for _ in 0..2 {
+            let Some(pick) = self.selector.pick(key) else {
+                break;
+            };
+            let Some(entry) = self.admin.table().get(pick.node()) else {
+                break;
+            };
+            debug!(
+                strategy = %self.selector.kind(),
+                node = %entry.name,
+                key = %String::from_utf8_lossy(key),
+                hash = hash_key(key),
+                "routing /process"
+            );
+            let _in_flight = if pick.is_counted() {
+                None
+            } else {
+                Some(entry.start_request())
+            };
+            match self.client.get(&entry.address, path_and_query).await {
+                Ok((status, content_type, body)) => {
+                    return Ok(Routed {
+                        status,
+                        content_type,
+                        body,
+                        node_name: entry.name.clone(),
+                    })
+                }
+                Err(source) => {
+                    warn!(node = %entry.address, error = %source, "/process failed; node marked down");
+                    self.admin.mark_down(&entry).await;
+                    last = Some(RouteError::NodeFailed {
+                        node: entry.address.clone(),
+                        source,
+                    });
+                }
+            }
+        }
+        Err(last.unwrap_or(RouteError::NoNode))
+    }
+}
