@@ -24,12 +24,14 @@ pub struct SessionsOptions {
 
 /// What one session saw: (count, node) per answered press, in order.
 type Seen = Vec<(Option<i64>, Option<String>)>;
+/// Every session's samples and what it saw, gathered from the workers.
+type Gathered = Arc<Mutex<Vec<(Vec<Sample>, Seen)>>>;
 
 pub async fn run(opts: &SessionsOptions) -> anyhow::Result<Outputs> {
     let client = reqwest::Client::builder().timeout(opts.timeout).build()?;
     let tag = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
     let next = Arc::new(AtomicUsize::new(0));
-    let results: Arc<Mutex<Vec<(Vec<Sample>, Seen)>>> = Arc::default();
+    let results: Gathered = Arc::default();
     let bar = progress(
         (opts.sessions * opts.presses) as u64,
         &format!("sessions {}", opts.label),
