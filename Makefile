@@ -1,5 +1,5 @@
 # Common runs. `make up` is the docker compose stack without Docker.
-.PHONY: up down test lint fmt bench-sweep bench-press
+.PHONY: up down test lint fmt bench-sweep bench-press agents sessions compare
 
 up:
 	bash scripts/up.sh
@@ -24,3 +24,20 @@ bench-sweep:
 # Press throughput through the balancer started by `make up` (needs wrk).
 bench-press:
 	wrk -t2 -c64 -d10s -s bench/press.lua http://127.0.0.1:8000
+
+# Load experiments against the stack of `make up` (results in results/).
+LOADGEN = ./target/release/loadgen
+RESULTS ?= results
+
+agents:
+	$(LOADGEN) agents --url http://127.0.0.1:8000 --label agents --out-dir $(RESULTS)
+
+sessions:
+	$(LOADGEN) sessions --url http://127.0.0.1:8000 --out-dir $(RESULTS)
+
+# Starts one balancer per strategy on the nodes of `make up` (it wipes their
+# sessions when it registers them: run it on a demo stack, not a live one).
+compare:
+	$(LOADGEN) compare --strategies rr,wrr,lc,ch,maglev,hrw,p2c,random \
+		--nodes http://127.0.0.1:8081,http://127.0.0.1:8082,http://127.0.0.1:8083 \
+		--balancer-bin ./target/release/nodes-control --out-dir $(RESULTS)

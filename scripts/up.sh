@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/services.sh nodes_control
-cargo build --release -p nodes-control -p click-node
+cargo build --release -p nodes-control -p click-node -p loadgen
 mkdir -p .run
 export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/nodes_control}
 export REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379}

@@ -109,6 +109,7 @@ fn bars(
                 String::new()
             }
         })
+        .y_label_formatter(&|y| format!("{y:.0}"))
         .label_style((FONT, 14))
         .axis_desc_style((FONT, 16))
         .draw()
