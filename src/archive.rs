@@ -46,8 +46,18 @@ impl Archive {
         &self.pool
     }
 
-    /// Applies `migrations/` (the same folder `sqlx migrate run` uses).
-    pub async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
+    /// Creates the database if it does not exist (like `sqlx database
+    /// create`), then applies `migrations/` (the folder `sqlx migrate run` uses).
+    pub async fn migrate(&self, database_url: &str) -> Result<(), sqlx::migrate::MigrateError> {
+        use sqlx::migrate::MigrateDatabase;
+        if !sqlx::Postgres::database_exists(database_url)
+            .await
+            .unwrap_or(true)
+        {
+            if let Err(error) = sqlx::Postgres::create_database(database_url).await {
+                tracing::warn!(%error, "could not create the database; migrations will say why");
+            }
+        }
         sqlx::migrate!("./migrations").run(&self.pool).await
     }
 

@@ -13,7 +13,7 @@ use crate::archive::Archive;
 use crate::config::Config;
 use crate::http::{self, ApiContext};
 use crate::lifecycle::{FenceWatcher, NodeCleaner, Sweeper};
-use crate::nodes::{HealthChecker, NodeAdmin, NodeClient, NodeTable, Selector};
+use crate::nodes::{HealthChecker, NodeAddress, NodeAdmin, NodeClient, NodeTable, Selector};
 use crate::routing::Router;
 use crate::session::SessionService;
 use crate::store::SessionStore;
@@ -24,7 +24,24 @@ pub struct Application {
     health: HealthChecker,
     fences: FenceWatcher,
     sweeper: Sweeper,
+    /// `NODES` not registered yet because Redis was away at start-up.
+    pending_nodes: Vec<String>,
     config: Config,
+}
+
+/// Registers nodes (idempotent); returns those Redis could not take yet.
+async fn register_nodes(admin: &NodeAdmin, nodes: Vec<String>) -> Vec<String> {
+    let mut pending = Vec::new();
+    for address in nodes {
+        match admin.add(&address, None, None).await {
+            Ok(node) => info!(node = %node.address, state = %node.state, "initial node registered"),
+            Err(error) => {
+                warn!(node = %address, %error, "initial node not registered yet; retrying");
+                pending.push(address);
+            }
+        }
+    }
+    pending
 }
 
 impl Application {
@@ -42,7 +59,7 @@ impl Application {
         let store = SessionStore::connect(&config.redis_url, &config.redis_key_prefix)?;
         let archive = Archive::connect_lazy(&config.database_url)?;
         archive
-            .migrate()
+            .migrate(&config.database_url)
             .await
             .context("applying migrations to DATABASE_URL (is Postgres up?)")?;
         let client = NodeClient::new(config.node_timeout(), config.node_connect_timeout());
@@ -103,19 +120,20 @@ impl Application {
         if let Err(error) = fences.poll_once().await {
             warn!(%error, "could not read clean fences at start-up");
         }
+        // A typo in NODES stops the start; Redis being away only delays it.
+        let mut initial_nodes = Vec::new();
         for address in config.nodes.iter().filter(|a| !a.trim().is_empty()) {
-            match admin.add(address, None, None).await {
-                Ok(node) => {
-                    info!(node = %node.address, state = %node.state, "initial node registered")
-                }
-                Err(error) => warn!(node = %address, %error, "initial node not registered"),
-            }
+            let address =
+                NodeAddress::parse(address).with_context(|| format!("NODES lists {address:?}"))?;
+            initial_nodes.push(address.to_string());
         }
+        let pending_nodes = register_nodes(&admin, initial_nodes).await;
         Ok(Self {
             listener,
             health: HealthChecker::new(admin, client),
             fences,
             sweeper,
+            pending_nodes,
             ctx,
             config,
         })
@@ -148,6 +166,14 @@ impl Application {
     ) -> std::io::Result<()> {
         let cancel = CancellationToken::new();
         let sweep_interval = Duration::from_secs(self.config.sweep_interval_secs.max(1));
+        let mut pending = self.pending_nodes.clone();
+        let admin = self.ctx.admin.clone();
+        let registration = tokio::spawn(async move {
+            while !pending.is_empty() {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                pending = register_nodes(&admin, pending).await;
+            }
+        });
         let background = [
             tokio::spawn(
                 self.health
@@ -170,6 +196,7 @@ impl Application {
             })
             .await;
         cancel.cancel();
+        registration.abort();
         for task in background {
             let _ = task.await;
         }

@@ -12,7 +12,6 @@ use std::time::Duration;
 use nodes_control::http::ApiContext;
 use nodes_control::{Application, Config};
 use serde_json::Value;
-use sqlx::{Connection, Executor, PgConnection};
 use tokio::sync::OnceCell;
 
 #[allow(unused_imports)]
@@ -38,27 +37,12 @@ pub async fn ensure_database() {
     DATABASE
         .get_or_init(|| async {
             let url = database_url();
-            let (server, name) = url.rsplit_once('/').expect("database url has a name");
-            let mut admin = PgConnection::connect(&format!("{server}/postgres"))
+            let archive = nodes_control::archive::Archive::connect_lazy(&url).unwrap();
+            // Creates the database if it is missing, like the balancer does.
+            archive
+                .migrate(&url)
                 .await
                 .expect("Postgres answers on 127.0.0.1:5432");
-            let exists: bool =
-                sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
-                    .bind(name)
-                    .fetch_one(&mut admin)
-                    .await
-                    .unwrap();
-            if !exists {
-                // Another test binary may create it at the same moment.
-                let _ = admin
-                    .execute(format!("CREATE DATABASE \"{name}\"").as_str())
-                    .await;
-            }
-            let pool = sqlx::PgPool::connect(&url).await.unwrap();
-            nodes_control::archive::Archive::from_pool(pool)
-                .migrate()
-                .await
-                .unwrap();
         })
         .await;
 }

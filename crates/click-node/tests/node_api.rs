@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use click_node::{Config, Node};
 use serde_json::{json, Value};
-use sqlx::{Connection, Executor, PgConnection, PgPool};
+use sqlx::migrate::MigrateDatabase;
+use sqlx::PgPool;
 
 fn database_url() -> String {
     std::env::var("TEST_DATABASE_URL")
@@ -15,20 +16,9 @@ fn database_url() -> String {
 /// The test database with the project's migrations applied.
 async fn database() -> PgPool {
     let url = database_url();
-    let (server, name) = url.rsplit_once('/').unwrap();
-    let mut admin = PgConnection::connect(&format!("{server}/postgres"))
-        .await
-        .unwrap();
-    let exists: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
-            .bind(name)
-            .fetch_one(&mut admin)
-            .await
-            .unwrap();
-    if !exists {
-        let _ = admin
-            .execute(format!("CREATE DATABASE \"{name}\"").as_str())
-            .await;
+    if !sqlx::Postgres::database_exists(&url).await.unwrap_or(false) {
+        // Another test binary may create it at the same moment.
+        let _ = sqlx::Postgres::create_database(&url).await;
     }
     let pool = PgPool::connect(&url).await.unwrap();
     sqlx::migrate!("../../migrations").run(&pool).await.unwrap();

@@ -1,0 +1,55 @@
+//! Start-up: configuration errors stop it, dependencies that are away only
+//! delay it.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{spawn_app_with, test_config, unique, TcpProxy, TestNode};
+use sqlx::migrate::MigrateDatabase;
+
+#[tokio::test]
+async fn a_malformed_address_in_nodes_stops_the_start_with_its_name() {
+    let mut config = test_config();
+    config.nodes = vec!["http://127.0.0.1:9".into(), "node1:8080".into()];
+    common::ensure_database().await;
+    let error = nodes_control::Application::build(config)
+        .await
+        .err()
+        .expect("refused");
+    assert!(format!("{error:#}").contains("node1:8080"), "{error:#}");
+}
+
+#[tokio::test]
+async fn the_balancer_creates_its_database_when_it_is_missing() {
+    let name = unique("nc_fresh").replace('-', "_");
+    let url = format!("postgres://postgres@127.0.0.1:5432/{name}");
+    let mut config = test_config();
+    config.database_url = url.clone();
+    let app = spawn_app_with(config).await;
+    let ready = app
+        .http
+        .get(format!("{}/readyz", app.address))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+    drop(app);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let _ = sqlx::Postgres::force_drop_database(&url).await;
+}
+
+#[tokio::test]
+async fn nodes_listed_while_redis_is_away_are_registered_when_it_returns() {
+    let redis = TcpProxy::start("127.0.0.1:6379".parse().unwrap()).await;
+    redis.cut();
+    let node = TestNode::start("late", false);
+    let mut config = test_config();
+    config.redis_url = format!("redis://{}", redis.addr);
+    config.nodes = vec![node.address.clone()];
+    let app = spawn_app_with(config).await;
+    assert_eq!(app.press(&unique("early")).await.status, 503);
+    redis.restore();
+    let answer = common::press_until_ok(&app, &unique("late")).await;
+    assert_eq!(answer.served_by.as_deref(), Some("late"));
+}
