@@ -77,11 +77,11 @@ impl Router {
                 Some(entry.start_request())
             };
             match self.client.get(&entry.address, path_and_query).await {
-                Ok((status, content_type, body)) => {
+                Ok(answer) => {
                     return Ok(Routed {
-                        status,
-                        content_type,
-                        body,
+                        status: answer.status,
+                        content_type: answer.content_type,
+                        body: answer.body,
                         node_name: entry.name.clone(),
                     })
                 }

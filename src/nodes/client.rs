@@ -39,6 +39,14 @@ impl NodeCallError {
     }
 }
 
+/// A node's answer on the pooled client.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub content_type: Option<http::HeaderValue>,
+    pub body: Bytes,
+}
+
 /// What a `/clean` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CleanOutcome {
@@ -86,36 +94,16 @@ impl NodeClient {
             .header(header::CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| NodeCallError::Transport(e.to_string()))?;
-        let call = async {
-            let response = self
-                .hot
-                .request(request)
-                .await
-                .map_err(|e| NodeCallError::Transport(error_chain(&e)))?;
-            let status = response.status();
-            let body = Limited::new(response.into_body(), MAX_PRESS_BODY)
-                .collect()
-                .await
-                .map_err(|e| NodeCallError::Transport(e.to_string()))?
-                .to_bytes();
-            if !status.is_success() {
-                return Err(NodeCallError::Status(status));
-            }
-            parse_clicks(&body)
-        };
-        tokio::time::timeout(self.timeout, call)
-            .await
-            .map_err(|_| NodeCallError::Timeout)?
+        let answer = self.send(request, MAX_PRESS_BODY).await?;
+        if !answer.status.is_success() {
+            return Err(NodeCallError::Status(answer.status));
+        }
+        parse_clicks(&answer.body)
     }
 
-    /// `GET {address}{path_and_query}` through the pooled client; any status
-    /// comes back (a 5xx is the node's answer), transport failures and
-    /// timeouts are errors.
-    pub async fn get(
-        &self,
-        address: &str,
-        path_and_query: &str,
-    ) -> Result<(StatusCode, Option<http::HeaderValue>, Bytes), NodeCallError> {
+    /// `GET {address}{path_and_query}` through the pooled client; the
+    /// node's answer comes back unless it is a 5xx.
+    pub async fn get(&self, address: &str, path_and_query: &str) -> Result<Answer, NodeCallError> {
         let uri: http::Uri = format!("{address}{path_and_query}")
             .parse()
             .map_err(|e: http::uri::InvalidUri| NodeCallError::Transport(e.to_string()))?;
@@ -124,6 +112,20 @@ impl NodeClient {
             .uri(uri)
             .body(Full::new(Bytes::new()))
             .map_err(|e| NodeCallError::Transport(e.to_string()))?;
+        let answer = self.send(request, MAX_PROCESS_BODY).await?;
+        if answer.status.is_server_error() {
+            return Err(NodeCallError::Status(answer.status));
+        }
+        Ok(answer)
+    }
+
+    /// One request on the pooled client, body read up to `limit` bytes, all
+    /// within `NODE_TIMEOUT_MS`.
+    async fn send(
+        &self,
+        request: Request<Full<Bytes>>,
+        limit: usize,
+    ) -> Result<Answer, NodeCallError> {
         let call = async {
             let response = self
                 .hot
@@ -132,15 +134,16 @@ impl NodeClient {
                 .map_err(|e| NodeCallError::Transport(error_chain(&e)))?;
             let status = response.status();
             let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
-            let body = Limited::new(response.into_body(), MAX_PROCESS_BODY)
+            let body = Limited::new(response.into_body(), limit)
                 .collect()
                 .await
                 .map_err(|e| NodeCallError::Transport(e.to_string()))?
                 .to_bytes();
-            if status.is_server_error() {
-                return Err(NodeCallError::Status(status));
-            }
-            Ok((status, content_type, body))
+            Ok(Answer {
+                status,
+                content_type,
+                body,
+            })
         };
         tokio::time::timeout(self.timeout, call)
             .await

@@ -68,3 +68,33 @@ impl Drop for InFlight {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
+
+/// A node set with each node's in-flight counter resolved once, for the
+/// load-aware strategies: choosing reads plain atomics, no map lookups.
+#[derive(Debug, Default)]
+pub(crate) struct CountedNodes(RwLock<Vec<(NodeId, Arc<AtomicUsize>)>>);
+
+impl CountedNodes {
+    pub(crate) fn set(&self, tracker: &LoadTracker, nodes: &[crate::Node]) {
+        let resolved = nodes
+            .iter()
+            .map(|n| (n.id.clone(), tracker.counter(&n.id)))
+            .collect();
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = resolved;
+    }
+
+    /// Picks the node `choose` returns, given the number of nodes and each
+    /// node's current load by index, and counts the request on it.
+    pub(crate) fn pick(
+        &self,
+        choose: impl FnOnce(usize, &dyn Fn(usize) -> usize) -> Option<usize>,
+    ) -> Option<crate::Pick> {
+        let nodes = self.0.read().unwrap_or_else(|e| e.into_inner());
+        let load = |i: usize| nodes[i].1.load(Ordering::Acquire);
+        let (id, counter) = nodes.get(choose(nodes.len(), &load)?)?;
+        Some(crate::Pick::counted(
+            id.clone(),
+            InFlight::new(counter.clone()),
+        ))
+    }
+}

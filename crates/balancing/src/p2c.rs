@@ -1,19 +1,18 @@
 //! Power of two choices: two distinct nodes at random, the less loaded of
 //! the two wins. Nearly as even as least-connections at O(1) per pick.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Mutex;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::load::{InFlight, LoadTracker};
-use crate::{Node, NodeId, Pick, Strategy};
+use crate::load::{CountedNodes, LoadTracker};
+use crate::{Node, Pick, Strategy};
 
 #[derive(Debug)]
 pub struct PowerOfTwoChoices {
     tracker: LoadTracker,
-    nodes: RwLock<Vec<(NodeId, Arc<AtomicUsize>)>>,
+    nodes: CountedNodes,
     rng: Mutex<StdRng>,
 }
 
@@ -26,7 +25,7 @@ impl PowerOfTwoChoices {
     pub fn with_tracker(seed: u64, tracker: LoadTracker) -> Self {
         Self {
             tracker,
-            nodes: RwLock::default(),
+            nodes: CountedNodes::default(),
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
         }
     }
@@ -42,29 +41,21 @@ impl Strategy for PowerOfTwoChoices {
     }
 
     fn set_nodes(&self, nodes: &[Node]) {
-        let resolved = nodes
-            .iter()
-            .map(|n| (n.id.clone(), self.tracker.counter(&n.id)))
-            .collect();
-        *self.nodes.write().unwrap_or_else(|e| e.into_inner()) = resolved;
+        self.nodes.set(&self.tracker, nodes);
     }
 
     fn pick(&self, _key: &[u8]) -> Option<Pick> {
-        let nodes = self.nodes.read().unwrap_or_else(|e| e.into_inner());
-        let len = nodes.len();
-        let (a, b) = match len {
-            0 => return None,
-            1 => (0, 0),
-            _ => {
-                let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
-                let a = rng.random_range(0..len);
-                let b = (a + rng.random_range(1..len)) % len;
-                (a, b)
-            }
-        };
-        let load = |i: usize| nodes[i].1.load(Ordering::Acquire);
-        let winner = if load(b) < load(a) { b } else { a };
-        let (id, counter) = &nodes[winner];
-        Some(Pick::counted(id.clone(), InFlight::new(counter.clone())))
+        self.nodes.pick(|len, load| {
+            let (a, b) = match len {
+                0 => return None,
+                1 => (0, 0),
+                _ => {
+                    let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
+                    let a = rng.random_range(0..len);
+                    (a, (a + rng.random_range(1..len)) % len)
+                }
+            };
+            Some(if load(b) < load(a) { b } else { a })
+        })
     }
 }

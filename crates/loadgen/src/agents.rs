@@ -77,37 +77,15 @@ pub async fn run(opts: &AgentsOptions) -> anyhow::Result<Outputs> {
 }
 
 async fn one(client: &reqwest::Client, url: &str, req_id: usize, user: usize) -> Sample {
-    let started = Instant::now();
-    let result = client
-        .get(format!("{url}/process/{req_id}?user_id={user}"))
-        .send()
-        .await;
     let key = user.to_string();
-    let response = match result {
-        Ok(r) => r,
-        Err(e) => return crate::failed(key, started, crate::describe(&e)),
+    let request = client.get(format!("{url}/process/{req_id}?user_id={user}"));
+    let answered = match crate::exchange(request, &key).await {
+        Ok(answered) => answered,
+        Err(failed) => return failed,
     };
-    let status = response.status();
-    let served_by = response
-        .headers()
-        .get("x-served-by")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let body = response.text().await.unwrap_or_default();
-    let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
-    if !status.is_success() {
-        return crate::failed(
-            key,
-            started,
-            format!(
-                "HTTP {status}: {}",
-                body.chars().take(200).collect::<String>()
-            ),
-        );
-    }
     // Nodes name themselves in `agent_id`; the balancer's header wins.
-    let node = served_by.or_else(|| {
-        serde_json::from_str::<serde_json::Value>(&body)
+    let node = answered.served_by.or_else(|| {
+        serde_json::from_str::<serde_json::Value>(&answered.body)
             .ok()
             .and_then(|v| {
                 v.get("agent_id")
@@ -118,7 +96,7 @@ async fn one(client: &reqwest::Client, url: &str, req_id: usize, user: usize) ->
     Sample {
         key,
         node: Some(node.unwrap_or_else(|| "unknown".into())),
-        latency_ms,
+        latency_ms: answered.latency_ms,
         error: None,
     }
 }

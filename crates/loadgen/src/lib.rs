@@ -53,13 +53,44 @@ pub(crate) fn write_outputs(
     Ok(Outputs { report, files })
 }
 
-pub(crate) fn failed(key: String, started: Instant, error: String) -> Sample {
-    Sample {
-        key,
+/// A 2xx answer: who served it, what it said, how long it took.
+pub(crate) struct Answered {
+    pub served_by: Option<String>,
+    pub body: String,
+    pub latency_ms: f64,
+}
+
+/// Sends one request; anything but a 2xx answer becomes a failed sample.
+pub(crate) async fn exchange(
+    request: reqwest::RequestBuilder,
+    key: &str,
+) -> Result<Answered, Sample> {
+    let started = Instant::now();
+    let failed = |error: String| Sample {
+        key: key.to_owned(),
         node: None,
         latency_ms: started.elapsed().as_secs_f64() * 1000.0,
         error: Some(error),
+    };
+    let response = request.send().await.map_err(|e| failed(describe(&e)))?;
+    let status = response.status();
+    let served_by = response
+        .headers()
+        .get("x-served-by")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let body = response.text().await.unwrap_or_default();
+    if !status.is_success() {
+        return Err(failed(format!(
+            "HTTP {status}: {}",
+            body.chars().take(200).collect::<String>()
+        )));
     }
+    Ok(Answered {
+        served_by,
+        body,
+        latency_ms: started.elapsed().as_secs_f64() * 1000.0,
+    })
 }
 
 /// A request error in words an operator can act on.

@@ -128,48 +128,26 @@ pub fn check(seen: &[&Seen], presses: usize) -> SessionCheck {
 }
 
 async fn press(client: &reqwest::Client, url: &str, id: &str) -> (Sample, Option<i64>) {
-    let started = Instant::now();
-    let result = client
+    let request = client
         .post(format!("{url}/press"))
-        .json(&serde_json::json!({ "session_id": id }))
-        .send()
-        .await;
-    let response = match result {
-        Ok(r) => r,
-        Err(e) => {
-            return (
-                crate::failed(id.to_owned(), started, crate::describe(&e)),
-                None,
-            )
-        }
+        .json(&serde_json::json!({ "session_id": id }));
+    let answered = match crate::exchange(request, id).await {
+        Ok(answered) => answered,
+        Err(failed) => return (failed, None),
     };
-    let status = response.status();
-    let node = response
-        .headers()
-        .get("x-served-by")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let body = response.text().await.unwrap_or_default();
-    let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
-    if !status.is_success() {
-        let error = format!(
-            "HTTP {status}: {}",
-            body.chars().take(200).collect::<String>()
-        );
-        return (crate::failed(id.to_owned(), started, error), None);
-    }
-    let clicks = body
+    let clicks = answered
+        .body
         .trim()
         .strip_prefix("You clicked ")
         .and_then(|r| r.strip_suffix(" times"))
         .and_then(|n| n.parse().ok());
     let sample = Sample {
         key: id.to_owned(),
-        node: Some(node.unwrap_or_else(|| "unknown".into())),
-        latency_ms,
+        node: Some(answered.served_by.unwrap_or_else(|| "unknown".into())),
+        latency_ms: answered.latency_ms,
         error: clicks
             .is_none()
-            .then(|| format!("unexpected answer: {body}")),
+            .then(|| format!("unexpected answer: {}", answered.body)),
     };
     (sample, clicks)
 }
