@@ -307,3 +307,22 @@ async fn sessions_of_a_node_killed_mid_run_continue_from_their_last_archived_tot
         "about a third of 60 sessions lived on the victim; {moved} left it"
     );
 }
+
+#[tokio::test]
+async fn a_sweep_cleans_a_backlog_larger_than_one_clean_in_batches() {
+    let app = spawn_app_with(common::test_config()).await;
+    let _nodes = start_nodes(&app, 1, false).await;
+    let tag = unique("backlog");
+    let n = nodes_control::lifecycle::sweep::MAX_PER_CLEAN + 500;
+    let store = std::sync::Arc::new(app.ctx.store.clone());
+    let placements = (0..n).map(|i| {
+        let (store, id) = (store.clone(), format!("{tag}-{i}"));
+        async move { store.place(&id, 0, 1, None, None).await.unwrap().unwrap() }
+    });
+    futures::future::join_all(placements).await;
+    let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
+    assert_eq!(report.expired, n);
+    assert_eq!(report.unmapped, n, "{report:?}");
+    assert!(report.failed_nodes.is_empty());
+    assert_eq!(app.nodes().await[0]["active_sessions"], 0);
+}

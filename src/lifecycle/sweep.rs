@@ -13,8 +13,9 @@ use crate::store::{now_ms, SessionStore, StoreError};
 
 /// Most sessions one sweep takes on; the rest wait for the next round.
 pub const MAX_PER_SWEEP: usize = 100_000;
-/// Most expired sessions a press takes along when it finds its own expired.
-const MAX_PER_PRESS: usize = 10_000;
+/// Most sessions one clean names: keeps the `/clean` body of a selective
+/// node well under common request-size limits (about 250 KiB of ids).
+pub const MAX_PER_CLEAN: usize = 5_000;
 
 /// What one sweep did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -68,14 +69,17 @@ impl Sweeper {
         }
         self.store.forget_expiry(&orphans).await?;
         for (node, ids) in by_node {
-            match self.cleaner.expire(&node, &ids).await {
-                Ok(clean) => {
-                    report.unmapped += clean.unmapped;
-                    report.rebased += clean.rebased;
-                }
-                Err(error) => {
-                    warn!(%node, %error, sessions = ids.len(), "sweep could not clean node; retrying next round");
-                    report.failed_nodes.push(node);
+            for batch in ids.chunks(MAX_PER_CLEAN) {
+                match self.cleaner.expire(&node, batch).await {
+                    Ok(clean) => {
+                        report.unmapped += clean.unmapped;
+                        report.rebased += clean.rebased;
+                    }
+                    Err(error) => {
+                        warn!(%node, %error, sessions = ids.len(), "sweep could not clean node; retrying next round");
+                        report.failed_nodes.push(node);
+                        break;
+                    }
                 }
             }
         }
@@ -101,13 +105,14 @@ impl Sweeper {
         session_id: &str,
         now_ms: i64,
     ) -> Result<(), super::CleanError> {
-        let expired = self.store.expired(now_ms, MAX_PER_PRESS).await?;
+        let expired = self.store.expired(now_ms, MAX_PER_CLEAN).await?;
         let nodes = self.store.nodes_of(&expired).await?;
         let mut mine: Vec<String> = expired
             .into_iter()
             .zip(nodes)
             .filter(|(id, node)| node.as_deref() == Some(addr) && id != session_id)
             .map(|(id, _)| id)
+            .take(MAX_PER_CLEAN - 1)
             .collect();
         mine.push(session_id.to_owned());
         self.cleaner.expire(addr, &mine).await?;
