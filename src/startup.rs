@@ -11,7 +11,7 @@ use tracing::{info, warn};
 
 use crate::archive::Archive;
 use crate::config::Config;
-use crate::http::{self, ApiContext};
+use crate::http::{self, ApiContext, Services};
 use crate::lifecycle::{FenceWatcher, NodeCleaner, Sweeper};
 use crate::nodes::{HealthChecker, NodeAddress, NodeAdmin, NodeClient, NodeTable, Selector};
 use crate::routing::Router;
@@ -104,15 +104,15 @@ impl Application {
         let listener = TcpListener::bind(&config.listen_addr)
             .await
             .with_context(|| format!("binding LISTEN_ADDR {}", config.listen_addr))?;
-        let ctx = ApiContext {
-            sessions: Arc::new(sessions),
-            admin: Arc::new(admin.clone()),
+        let ctx = ApiContext::new(Services {
+            sessions,
+            admin: admin.clone(),
             router,
             store,
             archive,
-            admin_token: admin_token.into(),
+            admin_token,
             metrics: crate::telemetry::metrics_handle(),
-        };
+        });
         if let Err(error) = admin.refresh().await {
             warn!(%error, "Redis is not reachable at start-up; serving 503 until it is");
         }

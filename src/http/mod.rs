@@ -24,16 +24,31 @@ use crate::session::SessionService;
 use crate::store::SessionStore;
 
 /// Everything a handler may need. axum clones the state for every request,
-/// so the services sit behind `Arc`s: a clone is a few reference counts.
+/// so it is one `Arc`: a clone is one reference count.
 #[derive(Clone)]
-pub struct ApiContext {
-    pub sessions: Arc<SessionService>,
-    pub admin: Arc<NodeAdmin>,
+pub struct ApiContext(Arc<Services>);
+
+pub struct Services {
+    pub sessions: SessionService,
+    pub admin: NodeAdmin,
     pub router: crate::routing::Router,
     pub store: SessionStore,
     pub archive: Archive,
-    pub admin_token: Arc<str>,
+    pub admin_token: String,
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
+}
+
+impl ApiContext {
+    pub fn new(services: Services) -> Self {
+        Self(Arc::new(services))
+    }
+}
+
+impl std::ops::Deref for ApiContext {
+    type Target = Services;
+    fn deref(&self) -> &Services {
+        &self.0
+    }
 }
 
 pub fn router(ctx: ApiContext) -> Router {

@@ -87,9 +87,17 @@ impl NodeEntry {
         InFlight(self)
     }
 
-    /// Waits until no clean of this node is running, then holds it off.
-    pub async fn enter(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
-        self.gate.read().await
+    /// Waits (at most `wait`) until no clean of this node is running, then
+    /// holds it off. The usual case takes the lock at once, without arming
+    /// a timer.
+    pub async fn enter(
+        &self,
+        wait: std::time::Duration,
+    ) -> Option<tokio::sync::RwLockReadGuard<'_, ()>> {
+        match self.gate.try_read() {
+            Ok(guard) => Some(guard),
+            Err(_) => tokio::time::timeout(wait, self.gate.read()).await.ok(),
+        }
     }
 
     /// Waits for this replica's in-flight presses to the node to finish and

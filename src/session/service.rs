@@ -122,7 +122,7 @@ impl SessionService {
                 }
             };
             let in_flight = entry.start_request();
-            let Ok(gate) = tokio::time::timeout(FENCE_WAIT, entry.enter()).await else {
+            let Some(gate) = entry.enter(FENCE_WAIT).await else {
                 return Err(PressError::Fenced(entry.address.clone()));
             };
             if entry.cleaned_since(epoch) {
