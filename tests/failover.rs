@@ -93,13 +93,7 @@ async fn a_redis_outage_is_a_503_and_presses_resume_when_it_returns() {
     assert_eq!(answer.status, 503, "{answer:?}");
     let body: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
     assert_eq!(body["code"], "redis_unavailable");
-    let ready = app
-        .http
-        .get(format!("{}/readyz", app.address))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(ready.status(), 503);
+    assert_eq!(app.readyz().await, 503);
 
     redis.restore();
     let answer = common::press_until_ok(&app, &session).await;

@@ -27,13 +27,7 @@ async fn the_balancer_creates_its_database_when_it_is_missing() {
     let mut config = test_config();
     config.database_url = url.clone();
     let app = spawn_app_with(config).await;
-    let ready = app
-        .http
-        .get(format!("{}/readyz", app.address))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(ready.status(), 200);
+    assert_eq!(app.readyz().await, 200);
     drop(app);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let _ = sqlx::Postgres::force_drop_database(&url).await;

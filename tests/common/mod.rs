@@ -168,6 +168,17 @@ impl TestApp {
         body
     }
 
+    /// Status of `GET /readyz`.
+    pub async fn readyz(&self) -> u16 {
+        let response = self
+            .http
+            .get(format!("{}/readyz", self.address))
+            .send()
+            .await
+            .unwrap();
+        response.status().as_u16()
+    }
+
     pub async fn nodes(&self) -> Vec<Value> {
         let response = self
             .http
