@@ -52,6 +52,10 @@ pub struct Config {
     /// TCP connect timeout towards a node.
     #[arg(long, env = "NODE_CONNECT_TIMEOUT_MS", default_value_t = DEFAULT_NODE_CONNECT_TIMEOUT_MS)]
     pub node_connect_timeout_ms: u64,
+    /// PEM file of extra CA certificates trusted for `https://` nodes
+    /// (besides the bundled Mozilla roots).
+    #[arg(long, env = "NODE_CA_FILE")]
+    pub node_ca_file: Option<std::path::PathBuf>,
     /// How often every node's `/health` is probed.
     #[arg(long, env = "HEALTH_CHECK_INTERVAL_MS", default_value_t = DEFAULT_HEALTH_INTERVAL_MS)]
     pub health_check_interval_ms: u64,
@@ -132,6 +136,7 @@ impl Config {
             node_timeout_ms: DEFAULT_NODE_TIMEOUT_MS,
             node_connect_timeout_ms: DEFAULT_NODE_CONNECT_TIMEOUT_MS,
             health_check_interval_ms: DEFAULT_HEALTH_INTERVAL_MS,
+            node_ca_file: None,
             placement: Placement::LeastSessions,
             strategy: StrategyKind::RoundRobin,
             virtual_nodes: DEFAULT_VIRTUAL_NODES,

@@ -62,7 +62,18 @@ impl Application {
             .migrate(&config.database_url)
             .await
             .context("applying migrations to DATABASE_URL (is Postgres up?)")?;
-        let client = NodeClient::new(config.node_timeout(), config.node_connect_timeout());
+        let extra_roots = match &config.node_ca_file {
+            Some(path) => Some(
+                std::fs::read(path)
+                    .with_context(|| format!("reading NODE_CA_FILE {}", path.display()))?,
+            ),
+            None => None,
+        };
+        let client = NodeClient::new(
+            config.node_timeout(),
+            config.node_connect_timeout(),
+            extra_roots.as_deref(),
+        )?;
         let table = Arc::new(NodeTable::default());
         let cleaner = NodeCleaner::new(
             store.clone(),

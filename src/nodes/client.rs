@@ -2,6 +2,7 @@
 //! (the hot path; reqwest costs about a quarter of the throughput there);
 //! admin calls (`/clean`, `/health`) go through reqwest.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -39,6 +40,11 @@ impl NodeCallError {
     }
 }
 
+/// The TLS set-up towards nodes could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("TLS towards nodes: {0}")]
+pub struct TlsError(String);
+
 /// A node's answer on the pooled client.
 #[derive(Debug)]
 pub struct Answer {
@@ -58,30 +64,65 @@ pub enum CleanOutcome {
 
 #[derive(Clone)]
 pub struct NodeClient {
-    hot: Client<HttpConnector, Full<Bytes>>,
+    hot: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
     admin: reqwest::Client,
     timeout: Duration,
 }
 
 impl NodeClient {
-    pub fn new(timeout: Duration, connect_timeout: Duration) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(connect_timeout));
-        connector.set_nodelay(true);
+    /// Speaks HTTP, and HTTPS to nodes whose certificates chain to the
+    /// Mozilla roots or to one of `extra_roots` (PEM, `NODE_CA_FILE`).
+    pub fn new(
+        timeout: Duration,
+        connect_timeout: Duration,
+        extra_roots: Option<&[u8]>,
+    ) -> Result<Self, TlsError> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        let extra = match extra_roots {
+            Some(pem) => rustls_pemfile::certs(&mut &pem[..])
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| TlsError(format!("reading NODE_CA_FILE: {e}")))?,
+            None => Vec::new(),
+        };
+        for cert in &extra {
+            roots
+                .add(cert.clone())
+                .map_err(|e| TlsError(format!("NODE_CA_FILE holds a bad certificate: {e}")))?;
+        }
+        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(connect_timeout));
+        http.set_nodelay(true);
+        http.enforce_http(false);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
         let hot = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
             .pool_max_idle_per_host(256)
             .build(connector);
-        let admin = reqwest::Client::builder()
+        let mut admin = reqwest::Client::builder()
             .connect_timeout(connect_timeout)
-            .timeout(timeout)
-            .build()
-            .unwrap_or_default();
-        Self {
+            .timeout(timeout);
+        for cert in &extra {
+            let cert = reqwest::Certificate::from_der(cert).map_err(|e| TlsError(e.to_string()))?;
+            admin = admin.add_root_certificate(cert);
+        }
+        let admin = admin.build().map_err(|e| TlsError(e.to_string()))?;
+        Ok(Self {
             hot,
             admin,
             timeout,
-        }
+        })
     }
 
     /// Forwards one press and returns the node's own count.
