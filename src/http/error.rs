@@ -127,7 +127,6 @@ impl From<AdminError> for ApiError {
             AdminError::UnknownNode(_) => ApiError::NotFound(e.to_string()),
             AdminError::Busy(_) => ApiError::Conflict(e.to_string()),
             AdminError::Store(source) => redis_unavailable(&source),
-            AdminError::Archive(source) => archive_unavailable(&source),
             AdminError::Clean(source) => clean_failed(&source),
         }
     }

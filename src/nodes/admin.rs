@@ -10,7 +10,6 @@ use tracing::{info, warn};
 use super::address::{AddressError, NodeAddress};
 use super::client::{NodeCallError, NodeClient};
 use super::table::{NodeEntry, NodeTable};
-use crate::archive::ArchiveError;
 use crate::lifecycle::lock::with_node_lock;
 use crate::lifecycle::{CleanError, NodeCleaner};
 use crate::store::{NodeRecord, NodeState, SessionStore, StoreError};
@@ -31,8 +30,6 @@ pub enum AdminError {
     Busy(String),
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error(transparent)]
-    Archive(#[from] ArchiveError),
     #[error(transparent)]
     Clean(#[from] CleanError),
 }
