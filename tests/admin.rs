@@ -198,3 +198,41 @@ async fn a_node_added_without_a_name_takes_the_name_it_reports() {
         Some("reported-name")
     );
 }
+
+#[tokio::test]
+async fn adding_a_known_node_with_a_new_weight_re_weights_it_at_run_time() {
+    let mut config = common::test_config();
+    config.strategy = balancing::StrategyKind::SmoothWeighted;
+    let app = common::spawn_app_with(config).await;
+    let (a, b) = (TestNode::start("a", false), TestNode::start("b", false));
+    app.add_node(&a.address, "a").await;
+    app.add_node(&b.address, "b").await;
+    let served = |app: &common::TestApp| {
+        let (http, url) = (app.http.clone(), app.address.clone());
+        async move {
+            let mut a = 0;
+            for i in 0..40 {
+                let r = http.get(format!("{url}/process/{i}")).send().await.unwrap();
+                a += usize::from(r.headers()["x-served-by"] == "a");
+            }
+            a
+        }
+    };
+    assert_eq!(served(&app).await, 20, "equal weights share evenly");
+    let (status, body) = app
+        .node_command(json!({ "action": "add", "address": a.address, "weight": 3 }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let nodes = app.nodes().await;
+    let weight_of =
+        |name: &str| nodes.iter().find(|n| n["name"] == name).unwrap()["weight"].clone();
+    assert_eq!(weight_of("a"), 3);
+    assert_eq!(weight_of("b"), 1);
+    assert_eq!(served(&app).await, 30, "3:1 after the re-weighting");
+    // Re-adding without a weight changes nothing.
+    app.add_node(&a.address, "a").await;
+    assert_eq!(
+        app.nodes().await.iter().find(|n| n["name"] == "a").unwrap()["weight"],
+        3
+    );
+}

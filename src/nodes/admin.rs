@@ -88,22 +88,21 @@ impl NodeAdmin {
         weight: Option<u32>,
     ) -> Result<NodeRecord, AdminError> {
         let address = NodeAddress::parse(address)?;
-        let weight = weight.unwrap_or(1);
-        if weight == 0 || weight > MAX_WEIGHT {
+        if weight.is_some_and(|w| w == 0 || w > MAX_WEIGHT) {
             return Err(AdminError::Weight);
         }
         if name.is_some_and(|n| n.is_empty() || n.len() > 255 || n.chars().any(char::is_control)) {
             return Err(AdminError::Name);
         }
+        let requested_weight = weight;
         if let Some(existing) = self.store.get_node(address.as_str()).await? {
-            self.table.upsert(&existing);
-            return Ok(existing);
+            return self.re_add(existing, requested_weight).await;
         }
+        let weight = requested_weight.unwrap_or(1);
         let addr = address.as_str();
         self.with_node_lock(addr, async {
             if let Some(existing) = self.store.get_node(addr).await? {
-                self.table.upsert(&existing);
-                return Ok(existing);
+                return self.re_add(existing, requested_weight).await;
             }
             let (state, reported_name) = match self.wipe(addr).await {
                 Ok(reported) => (NodeState::Up, reported),
@@ -130,6 +129,24 @@ impl NodeAdmin {
             Ok(record)
         })
         .await
+    }
+
+    /// Adding a known node changes nothing but its weight, when one is given:
+    /// the way to re-weight a node at run time.
+    async fn re_add(
+        &self,
+        mut existing: NodeRecord,
+        weight: Option<u32>,
+    ) -> Result<NodeRecord, AdminError> {
+        if let Some(weight) = weight.filter(|w| *w != existing.weight) {
+            self.store
+                .set_node_weight(&existing.address, weight)
+                .await?;
+            info!(node = %existing.address, from = existing.weight, to = weight, "node re-weighted");
+            existing.weight = weight;
+        }
+        self.table.upsert(&existing);
+        Ok(existing)
     }
 
     /// Removes a node: no new sessions, then (under the fence, so no

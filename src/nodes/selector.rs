@@ -70,7 +70,7 @@ impl Selector {
             .all()
             .iter()
             .filter(|e| e.state() == NodeState::Up)
-            .map(|e| Node::new(&e.address, e.weight))
+            .map(|e| Node::new(&e.address, e.weight()))
             .collect();
         self.strategy.set_nodes(&nodes);
         self.seen.store(version, Ordering::Release);

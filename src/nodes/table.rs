@@ -17,7 +17,7 @@ use crate::store::{NodeRecord, NodeState};
 pub struct NodeEntry {
     pub address: String,
     pub name: String,
-    pub weight: u32,
+    weight: AtomicU32,
     /// `http://host:port/press`, parsed once so forwarding allocates no URI.
     pub press_uri: Uri,
     state: AtomicU8,
@@ -43,7 +43,7 @@ impl NodeEntry {
         Some(Self {
             address: record.address.clone(),
             name: record.name.clone(),
-            weight: record.weight,
+            weight: AtomicU32::new(record.weight),
             press_uri,
             state: AtomicU8::new(encode(record.state)),
             in_flight: loads.counter(&record.address.as_str().into()),
@@ -53,6 +53,18 @@ impl NodeEntry {
             health_fails: AtomicU32::new(0),
             health_oks: AtomicU32::new(0),
         })
+    }
+
+    pub fn weight(&self) -> u32 {
+        self.weight.load(Ordering::Acquire)
+    }
+
+    /// Follows the registry's weight; moves the table version on a change
+    /// so weighted strategies rebuild.
+    fn set_weight(&self, weight: u32) {
+        if self.weight.swap(weight, Ordering::AcqRel) != weight {
+            self.version.fetch_add(1, Ordering::AcqRel);
+        }
     }
 
     pub fn state(&self) -> NodeState {
@@ -216,7 +228,10 @@ impl NodeTable {
 
     fn apply(&self, entries: &mut HashMap<String, Arc<NodeEntry>>, record: &NodeRecord) {
         match entries.get(&record.address) {
-            Some(entry) => entry.set_state(record.state),
+            Some(entry) => {
+                entry.set_state(record.state);
+                entry.set_weight(record.weight);
+            }
             None => {
                 if let Some(entry) = NodeEntry::new(record, &self.loads, &self.version) {
                     entries.insert(record.address.clone(), Arc::new(entry));

@@ -104,6 +104,19 @@ impl SessionStore {
         Ok(old.and_then(|s| s.parse().ok()))
     }
 
+    pub async fn set_node_weight(&self, address: &str, weight: u32) -> StoreResult<()> {
+        // HSET XX semantics: only a registered node is re-weighted.
+        redis::Script::new(
+            "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'weight', ARGV[1]) end return 0",
+        )
+        .key(self.key(&["node", address]))
+        .arg(weight)
+        .invoke_async::<i64>(&mut self.conn())
+        .await
+        .context("changing a node's weight in Redis")?;
+        Ok(())
+    }
+
     /// Deletes a node from the registry (after its sessions were unmapped).
     pub async fn delete_node(&self, address: &str) -> StoreResult<()> {
         redis::pipe()
