@@ -29,7 +29,8 @@ pub struct Routed {
     pub status: StatusCode,
     pub content_type: Option<HeaderValue>,
     pub body: Bytes,
-    pub node_name: String,
+    /// The `X-Served-By` value of the node that answered.
+    pub served_by: Option<HeaderValue>,
 }
 
 #[derive(Clone)]
@@ -82,7 +83,7 @@ impl Router {
                         status: answer.status,
                         content_type: answer.content_type,
                         body: answer.body,
-                        node_name: entry.name.clone(),
+                        served_by: entry.served_by.clone(),
                     })
                 }
                 Err(source) => {

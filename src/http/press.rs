@@ -1,5 +1,5 @@
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
@@ -35,8 +35,8 @@ pub async fn press(
     } else {
         message.into_response()
     };
-    if let Ok(name) = HeaderValue::from_str(&pressed.node_name) {
-        response.headers_mut().insert("x-served-by", name);
+    if let Some(name) = &pressed.node.served_by {
+        response.headers_mut().insert("x-served-by", name.clone());
     }
     Ok(response)
 }

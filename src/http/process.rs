@@ -36,7 +36,7 @@ pub async fn process(
             .headers_mut()
             .insert(header::CONTENT_TYPE, content_type);
     }
-    if let Ok(name) = routed.node_name.parse() {
+    if let Some(name) = routed.served_by {
         response.headers_mut().insert("x-served-by", name);
     }
     Ok(response)

@@ -127,7 +127,11 @@ impl NodeClient {
 
     /// Forwards one press and returns the node's own count.
     pub async fn press(&self, node: &NodeEntry, session_id: &str) -> Result<i64, NodeCallError> {
-        let body = serde_json::to_vec(&serde_json::json!({ "session_id": session_id }))
+        #[derive(serde::Serialize)]
+        struct PressBody<'a> {
+            session_id: &'a str,
+        }
+        let body = serde_json::to_vec(&PressBody { session_id })
             .map_err(|e| NodeCallError::Body(e.to_string()))?;
         let request = Request::builder()
             .method(Method::POST)

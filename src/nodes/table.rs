@@ -20,6 +20,9 @@ pub struct NodeEntry {
     weight: AtomicU32,
     /// `http://host:port/press`, parsed once so forwarding allocates no URI.
     pub press_uri: Uri,
+    /// The `X-Served-By` value, built once (`None` if the name is not a
+    /// valid header value).
+    pub served_by: Option<http::HeaderValue>,
     state: AtomicU8,
     /// This replica's requests in flight to the node (presses and
     /// `/process`), shared with the load-aware strategies.
@@ -45,6 +48,7 @@ impl NodeEntry {
             name: record.name.clone(),
             weight: AtomicU32::new(record.weight),
             press_uri,
+            served_by: http::HeaderValue::from_str(&record.name).ok(),
             state: AtomicU8::new(encode(record.state)),
             in_flight: loads.counter(&record.address.as_str().into()),
             version: version.clone(),

@@ -34,13 +34,12 @@ pub enum PressError {
 }
 
 /// A served press.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Pressed {
     /// What the user sees: the node's count plus the session's base.
     pub clicks: i64,
-    /// Name of the node that served it (`X-Served-By`).
-    pub node_name: String,
-    pub node_address: String,
+    /// The node that served it.
+    pub node: Arc<NodeEntry>,
 }
 
 #[derive(Clone)]
@@ -139,8 +138,7 @@ impl SessionService {
                 Ok(count) => {
                     return Ok(Pressed {
                         clicks: count + current.base,
-                        node_name: entry.name.clone(),
-                        node_address: entry.address.clone(),
+                        node: entry,
                     })
                 }
                 Err(error) => {
