@@ -11,6 +11,7 @@ pub const DEFAULT_SESSION_TTL_SECS: u64 = 600;
 pub const DEFAULT_SWEEP_INTERVAL_SECS: u64 = 10;
 pub const DEFAULT_NODE_TIMEOUT_MS: u64 = 5000;
 pub const DEFAULT_NODE_CONNECT_TIMEOUT_MS: u64 = 1000;
+pub const DEFAULT_ARCHIVE_TIMEOUT_MS: u64 = 2000;
 pub const DEFAULT_HEALTH_INTERVAL_MS: u64 = 2000;
 pub const DEFAULT_VIRTUAL_NODES: u32 = 150;
 
@@ -52,6 +53,10 @@ pub struct Config {
     /// TCP connect timeout towards a node.
     #[arg(long, env = "NODE_CONNECT_TIMEOUT_MS", default_value_t = DEFAULT_NODE_CONNECT_TIMEOUT_MS)]
     pub node_connect_timeout_ms: u64,
+    /// Deadline of every Postgres call of the balancer; past it the call
+    /// fails (503) and Postgres is left alone for a second.
+    #[arg(long, env = "ARCHIVE_TIMEOUT_MS", default_value_t = DEFAULT_ARCHIVE_TIMEOUT_MS)]
+    pub archive_timeout_ms: u64,
     /// PEM file of extra CA certificates trusted for `https://` nodes
     /// (besides the bundled Mozilla roots).
     #[arg(long, env = "NODE_CA_FILE")]
@@ -135,6 +140,7 @@ impl Config {
             sweep_interval_secs: DEFAULT_SWEEP_INTERVAL_SECS,
             node_timeout_ms: DEFAULT_NODE_TIMEOUT_MS,
             node_connect_timeout_ms: DEFAULT_NODE_CONNECT_TIMEOUT_MS,
+            archive_timeout_ms: DEFAULT_ARCHIVE_TIMEOUT_MS,
             health_check_interval_ms: DEFAULT_HEALTH_INTERVAL_MS,
             node_ca_file: None,
             placement: Placement::LeastSessions,
@@ -154,6 +160,9 @@ impl Config {
     }
     pub fn node_connect_timeout(&self) -> Duration {
         Duration::from_millis(self.node_connect_timeout_ms)
+    }
+    pub fn archive_timeout(&self) -> Duration {
+        Duration::from_millis(self.archive_timeout_ms.max(1))
     }
     pub fn health_check_interval(&self) -> Duration {
         Duration::from_millis(self.health_check_interval_ms.max(10))

@@ -12,7 +12,7 @@ use tracing::{info, warn};
 use crate::archive::Archive;
 use crate::config::Config;
 use crate::http::{self, ApiContext, Services};
-use crate::lifecycle::{FenceWatcher, NodeCleaner, Sweeper};
+use crate::lifecycle::{FenceWatcher, NodeCleaner, Rebuilder, Registry, Sweeper};
 use crate::nodes::{HealthChecker, NodeAddress, NodeAdmin, NodeClient, NodeTable, Selector};
 use crate::routing::Router;
 use crate::session::SessionService;
@@ -24,6 +24,7 @@ pub struct Application {
     health: HealthChecker,
     fences: FenceWatcher,
     sweeper: Sweeper,
+    rebuilder: Rebuilder,
     /// `NODES` not registered yet because Redis was away at start-up.
     pending_nodes: Vec<String>,
     config: Config,
@@ -57,7 +58,11 @@ impl Application {
                  Set ADMIN_TOKEN in the environment or in .env (e.g. ADMIN_TOKEN=$(openssl rand -hex 24))",
             )?;
         let store = SessionStore::connect(&config.redis_url, &config.redis_key_prefix)?;
-        let archive = Archive::connect_lazy(&config.database_url)?;
+        let archive = Archive::connect_lazy(
+            &config.database_url,
+            &config.redis_key_prefix,
+            config.archive_timeout(),
+        )?;
         archive
             .migrate(&config.database_url)
             .await
@@ -75,15 +80,19 @@ impl Application {
             extra_roots.as_deref(),
         )?;
         let table = Arc::new(NodeTable::default());
+        // Fence events (raises, lowers, acks) wake the cleaners waiting on them.
+        let events = Arc::new(tokio::sync::Notify::new());
         let cleaner = NodeCleaner::new(
             store.clone(),
             archive.clone(),
             client.clone(),
             table.clone(),
             config.node_timeout(),
+            events.clone(),
         );
-        let sweeper = Sweeper::new(store.clone(), cleaner.clone());
-        let fences = FenceWatcher::new(store.clone(), table.clone());
+        let sweeper = Sweeper::new(store.clone(), cleaner.clone(), config.node_timeout());
+        let fences = FenceWatcher::new(store.clone(), table.clone(), events);
+        let rebuilder = Rebuilder::new(cleaner.clone());
         let admin = NodeAdmin::new(store.clone(), cleaner, client.clone());
         let placement = config.placement.strategy().map(|kind| {
             Selector::new(
@@ -105,12 +114,12 @@ impl Application {
         );
         let sessions = SessionService::new(
             store.clone(),
-            archive.clone(),
             admin.clone(),
             client.clone(),
             sweeper.clone(),
             placement,
             config.session_ttl(),
+            config.node_timeout(),
         );
         let listener = TcpListener::bind(&config.listen_addr)
             .await
@@ -131,6 +140,13 @@ impl Application {
         if let Err(error) = fences.poll_once().await {
             warn!(%error, "could not read clean fences at start-up");
         }
+        match rebuilder.start_if_fresh().await {
+            Ok(Registry::Ready) => {}
+            Ok(Registry::Rebuilding) => {
+                warn!("Redis lost the registry; it is rebuilt from Postgres before sessions are served")
+            }
+            Err(error) => warn!(%error, "could not check the registry at start-up"),
+        }
         // A typo in NODES stops the start; Redis being away only delays it.
         let mut initial_nodes = Vec::new();
         for address in config.nodes.iter().filter(|a| !a.trim().is_empty()) {
@@ -144,6 +160,7 @@ impl Application {
             health: HealthChecker::new(admin, client),
             fences,
             sweeper,
+            rebuilder,
             pending_nodes,
             ctx,
             config,
@@ -170,7 +187,10 @@ impl Application {
     }
 
     /// Serves until `shutdown` resolves, with the health checker, the fence
-    /// watcher and the sweeper beside the server; all stop together.
+    /// watcher, the sweeper and the registry check beside the server; all
+    /// stop together. They are supervised: one that ends on its own (a
+    /// panic, most likely) stops the replica, rather than letting it serve
+    /// without, say, honouring fences.
     pub async fn run_until_stopped(
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -185,33 +205,58 @@ impl Application {
                 pending = register_nodes(&admin, pending).await;
             }
         });
-        let background = [
-            tokio::spawn(
-                self.health
-                    .clone()
-                    .run(self.config.health_check_interval(), cancel.clone()),
-            ),
-            tokio::spawn(self.fences.clone().run(cancel.clone())),
-            tokio::spawn(self.sweeper.clone().run(sweep_interval, cancel.clone())),
-        ];
+        let mut background = tokio::task::JoinSet::new();
+        let health = self.health.clone();
+        let interval = self.config.health_check_interval();
+        background.spawn(named(
+            "health checker",
+            health.run(interval, cancel.clone()),
+        ));
+        background.spawn(named(
+            "fence watcher",
+            self.fences.clone().run(cancel.clone()),
+        ));
+        background.spawn(named(
+            "sweeper",
+            self.sweeper.clone().run(sweep_interval, cancel.clone()),
+        ));
+        background.spawn(named(
+            "registry check",
+            self.rebuilder.clone().run(cancel.clone()),
+        ));
         info!(addr = %self.listener.local_addr()?, "nodes-control listening");
         let server_cancel = cancel.clone();
-        let app =
-            http::router(self.ctx).into_make_service_with_connect_info::<std::net::SocketAddr>();
-        let result = axum::serve(self.listener, app)
-            .with_graceful_shutdown(async move {
-                tokio::select! {
-                    _ = shutdown => {}
-                    _ = server_cancel.cancelled() => {}
-                }
-            })
-            .await;
+        let supervisor_cancel = cancel.clone();
+        let supervisor = tokio::spawn(async move {
+            let ended = background.join_next().await;
+            if !supervisor_cancel.is_cancelled() {
+                let task = match &ended {
+                    Some(Ok(name)) => (*name).to_owned(),
+                    Some(Err(error)) => format!("a background task ({error})"),
+                    None => "every background task".to_owned(),
+                };
+                tracing::error!(%task, "background task ended; stopping the replica");
+                supervisor_cancel.cancel();
+            }
+            while background.join_next().await.is_some() {}
+        });
+        let result = http::server::serve(self.listener, http::router(self.ctx), async move {
+            tokio::select! {
+                _ = shutdown => {}
+                _ = server_cancel.cancelled() => {}
+            }
+        })
+        .await;
         cancel.cancel();
         registration.abort();
-        for task in background {
-            let _ = task.await;
-        }
+        let _ = supervisor.await;
         info!("nodes-control stopped");
         result
     }
+}
+
+/// A background task that says its name when it ends.
+async fn named(name: &'static str, task: impl std::future::Future<Output = ()>) -> &'static str {
+    task.await;
+    name
 }

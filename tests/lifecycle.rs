@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::workload::{assert_counts_exact, press_for};
 use common::{short_lived_config, spawn_app_with, start_nodes, unique};
+use nodes_control::store::FenceReason;
 
 fn session_ids(tag: &str, n: usize) -> Vec<String> {
     let tag = unique(tag);
@@ -151,7 +152,7 @@ async fn a_press_waits_behind_a_raised_fence_and_then_counts_on() {
     app.press(&s).await;
     let store = &app.ctx.store;
     let seq = store
-        .raise_fence(&nodes[0].address, i64::MAX)
+        .raise_fence(&nodes[0].address, i64::MAX, FenceReason::Clean)
         .await
         .unwrap();
     // Wait until our replica closed its gate and acknowledged.
@@ -193,12 +194,16 @@ async fn an_interrupted_clean_is_finished_by_the_next_sweep_by_folding_again() {
     // A cleaner raises the fence, writes its journal, the node archives and
     // forgets everything, and the cleaner dies before the fold.
     let store = &app.ctx.store;
-    let seq = store.raise_fence(&addr, 0).await.unwrap();
+    let seq = store
+        .raise_fence(&addr, 0, FenceReason::Clean)
+        .await
+        .unwrap();
     store
         .put_journal(
             &addr,
             &nodes_control::store::Journal {
                 seq,
+                generation: None,
                 leaving: vec![a.clone()],
             },
         )
@@ -317,7 +322,7 @@ async fn a_sweep_cleans_a_backlog_larger_than_one_clean_in_batches() {
     let store = std::sync::Arc::new(app.ctx.store.clone());
     let placements = (0..n).map(|i| {
         let (store, id) = (store.clone(), format!("{tag}-{i}"));
-        async move { store.place(&id, 0, 1, None, None).await.unwrap().unwrap() }
+        async move { store.place(&id, 0, 1, None, None).await.unwrap() }
     });
     futures::future::join_all(placements).await;
     let report = app.sweeper.sweep_once(now_ms()).await.unwrap();

@@ -93,17 +93,32 @@ impl From<PressError> for ApiError {
             }
             PressError::NodeFailed { node, source } => {
                 tracing::error!(%node, error = %source, "press failed on two nodes");
-                ApiError::unavailable("no_node_available", "no node could serve the press")
+                ApiError::unavailable(
+                    "nodes_failed",
+                    "the press failed on two nodes in a row; try again",
+                )
             }
             PressError::Store(source) => redis_unavailable(&source),
             PressError::Archive(source) => archive_unavailable(&source),
             PressError::Expire(source) => clean_failed(&source),
+            PressError::FailOver(source) => {
+                tracing::error!(error = %source, "failover did not complete");
+                ApiError::unavailable(
+                    "failover_incomplete",
+                    "the session's node failed and its sessions are still being moved; try again",
+                )
+            }
             PressError::Fenced(node) => {
                 tracing::error!(%node, "press waited too long for a clean of its node");
                 ApiError::unavailable(
                     "node_busy",
                     "the session's node is being cleaned; try again",
                 )
+            }
+            PressError::Rebuilding => rebuilding(),
+            PressError::Deadline => {
+                tracing::error!("press did not complete within its deadline");
+                ApiError::unavailable("press_timeout", "the press took too long; try again")
             }
         }
     }
@@ -127,9 +142,22 @@ impl From<AdminError> for ApiError {
             AdminError::UnknownNode(_) => ApiError::NotFound(e.to_string()),
             AdminError::Busy(_) => ApiError::Conflict(e.to_string()),
             AdminError::Store(source) => redis_unavailable(&source),
+            AdminError::Archive(source) => archive_unavailable(&source),
             AdminError::Clean(source) => clean_failed(&source),
+            AdminError::Rebuilding => rebuilding(),
+            AdminError::Task(error) => {
+                tracing::error!(%error, "admin task failed");
+                ApiError::unavailable("admin_failed", "the operation failed; try again")
+            }
         }
     }
+}
+
+fn rebuilding() -> ApiError {
+    ApiError::unavailable(
+        "registry_rebuilding",
+        "Redis lost its data and the node registry is being rebuilt; try again in a few seconds",
+    )
 }
 
 fn redis_unavailable(source: &StoreError) -> ApiError {

@@ -22,17 +22,22 @@ pub async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
-/// Readiness: Redis and Postgres both answer.
+/// Readiness: Redis and Postgres both answer, and the node registry is
+/// complete (not being rebuilt after Redis lost its data).
 pub async fn readyz(State(ctx): State<ApiContext>) -> (StatusCode, Json<Value>) {
-    let (redis, postgres) = tokio::join!(ctx.store.ping(), ctx.archive.ping());
-    let (redis, postgres) = (redis.is_ok(), postgres.is_ok());
+    let (registry, postgres) = tokio::join!(ctx.store.registry_epoch(), ctx.archive.ping());
+    let redis = registry.is_ok();
+    let registry = matches!(registry, Ok(Some(_)));
+    let postgres = postgres.is_ok();
     let status = |ok: bool| if ok { "ok" } else { "unavailable" };
+    let ready = redis && postgres && registry;
     let body = json!({
-        "status": if redis && postgres { "ready" } else { "not_ready" },
+        "status": if ready { "ready" } else { "not_ready" },
         "redis": status(redis),
         "postgres": status(postgres),
+        "registry": if !redis { "unknown" } else if registry { "ok" } else { "rebuilding" },
     });
-    let code = if redis && postgres {
+    let code = if ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE

@@ -7,6 +7,7 @@ mod health;
 mod nodes;
 mod press;
 mod process;
+pub mod server;
 
 use std::sync::Arc;
 

@@ -1,24 +1,32 @@
-//! `NodeCleaner`: every `/clean` of a node goes through here, under the
-//! fence, so that no press is in flight to the node on any replica while it
-//! forgets its sessions (DESIGN §4.7), and every session it archived is
-//! folded before its next press (§4.6).
+//! `NodeCleaner`: every `/clean` of a node and every move of sessions off a
+//! node goes through here, under the node's fence, so that no press is in
+//! flight to the node on any replica meanwhile (DESIGN §4.7, §4.10), and
+//! every session the node archived is folded before its next press (§4.6).
 //!
 //! A clean runs as: lock the node, raise the fence, wait for every live
-//! replica's ack, write the journal, `/clean`, fold, apply the outcome to the
-//! mappings, delete the journal, lower the fence. If the cleaner dies after
-//! `/clean`, the fence stays up (presses of that node wait) until a sweep
-//! finds the stale fence and finishes the journal: the fold is safe to repeat.
+//! replica's ack, take a clean token, write the journal, `/clean` with the
+//! token, fold, apply the outcome to the mappings, delete the journal, lower
+//! the fence. A clean that does not end in OK has its token revoked, so
+//! whatever the node archives late is never folded; one that timed out or
+//! could not reach the node is a node failure, handled right there under
+//! the fence it holds. If the cleaner dies after `/clean`, the fence stays up
+//! until a sweep finds it stale and finishes the journal (a second fold is a
+//! no-op).
+//!
+//! Every operation runs in a task of its own ([`detached`]): a press that
+//! started it may be cancelled, the operation is not.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tracing::{info, warn};
 
-use super::lock::{with_node_lock, LOCK_TTL_MS};
+use super::lock::{detached, with_node_lock, LOCK_TTL_MS, LOCK_WAIT};
 use crate::archive::{Archive, ArchiveError};
 use crate::nodes::{CleanOutcome, NodeCallError, NodeClient, NodeTable};
-use crate::store::{now_ms, Journal, NodeState, SessionStore, StoreError};
+use crate::store::{now_ms, FenceReason, Journal, NodeState, SessionStore, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CleanError {
@@ -36,6 +44,8 @@ pub enum CleanError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Archive(#[from] ArchiveError),
+    #[error("a clean task failed: {0}")]
+    Task(String),
 }
 
 /// What one clean did.
@@ -61,6 +71,9 @@ pub struct NodeCleaner {
     liveness: Duration,
     /// How long a cleaner waits for acks before giving up (and retrying later).
     ack_timeout: Duration,
+    /// Notified whenever a fence event arrives (acks included), so waiting
+    /// for acks wakes at once instead of polling.
+    events: Arc<Notify>,
 }
 
 impl NodeCleaner {
@@ -70,6 +83,7 @@ impl NodeCleaner {
         client: NodeClient,
         table: Arc<NodeTable>,
         node_timeout: Duration,
+        events: Arc<Notify>,
     ) -> Self {
         Self {
             store,
@@ -78,6 +92,7 @@ impl NodeCleaner {
             table,
             liveness: node_timeout + Duration::from_secs(1),
             ack_timeout: node_timeout + Duration::from_secs(2),
+            events,
         }
     }
 
@@ -87,32 +102,64 @@ impl NodeCleaner {
         }
     }
 
+    /// Runs `op` under the node's lock, in a task of its own.
+    async fn locked<T, F, Fut>(&self, addr: &str, wait: Duration, op: F) -> Result<T, CleanError>
+    where
+        T: Send + 'static,
+        F: FnOnce(NodeCleaner, String) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<T, CleanError>> + Send,
+    {
+        let (this, addr) = (self.clone(), addr.to_owned());
+        detached(
+            async move {
+                let store = this.store.clone();
+                with_node_lock(
+                    &store,
+                    &addr,
+                    wait,
+                    Self::busy(&addr),
+                    op(this, addr.clone()),
+                )
+                .await
+            },
+            CleanError::Task,
+        )
+        .await
+    }
+
     /// Archives the expired sessions `ids` of a node and unmaps them; the
     /// node's other sessions stay on it (with a new base if the node cleaned
     /// them too). Sessions no longer mapped to the node are skipped.
     pub async fn expire(&self, addr: &str, ids: &[String]) -> Result<CleanReport, CleanError> {
-        with_node_lock(&self.store, addr, Self::busy(addr), async {
+        let ids = ids.to_vec();
+        self.locked(addr, LOCK_WAIT, move |this, addr| async move {
             // Re-read under the lock: another replica may have done it.
-            let nodes = self.store.nodes_of(ids).await?;
+            let nodes = this.store.nodes_of(&ids).await?;
             let leaving: Vec<String> = ids
                 .iter()
                 .zip(nodes)
-                .filter(|(_, node)| node.as_deref() == Some(addr))
+                .filter(|(_, node)| node.as_deref() == Some(addr.as_str()))
                 .map(|(id, _)| id.clone())
                 .collect();
             if leaving.is_empty() {
                 return Ok(CleanReport::default());
             }
-            let state = self.store.get_node(addr).await?.map(|n| n.state);
-            if state != Some(NodeState::Up) && state != Some(NodeState::Draining) {
-                // Down or gone: nothing to archive, their last archive stands.
-                let unmapped = self.store.apply_clean(addr, &leaving, &[]).await?;
-                return Ok(CleanReport {
-                    unmapped,
+            match this.store.get_node(&addr).await?.map(|n| n.state) {
+                Some(NodeState::Up | NodeState::Draining) => {
+                    this.fenced_clean(&addr, leaving, true).await
+                }
+                // Failed: its sessions leave under its fence, after its
+                // archive writes are revoked; their last archive stands.
+                Some(NodeState::Down) => Ok(CleanReport {
+                    unmapped: this.fail_over_locked(&addr).await?,
                     ..CleanReport::default()
-                });
+                }),
+                // Gone: nobody can press it any more.
+                None => Ok(CleanReport {
+                    unmapped: this.store.apply_clean(&addr, &leaving, &[]).await?,
+                    ..CleanReport::default()
+                }),
             }
-            self.fenced_clean(addr, leaving, true).await
         })
         .await
     }
@@ -122,23 +169,21 @@ impl NodeCleaner {
     pub async fn remove(&self, addr: &str, state: NodeState) -> Result<CleanReport, CleanError> {
         let report = if state == NodeState::Down {
             // Its counts are stale and some sessions live elsewhere already:
-            // archiving would overwrite newer totals. Drop its mappings.
-            let unmapped = self.store.unmap_node(addr).await?.len();
+            // archiving would overwrite newer totals. Move what is left.
             CleanReport {
-                unmapped,
+                unmapped: self.fail_over_locked(addr).await?,
                 ..CleanReport::default()
             }
         } else {
             let leaving = self.store.node_sessions(addr).await?;
             match self.fenced_clean(addr, leaving, false).await {
-                Err(CleanError::Node { source, .. }) => {
+                Err(CleanError::Node { source, .. }) if source.is_unreachable() => {
+                    // The node failed and was failed over under the fence.
                     warn!(node = %addr, error = %source, "node did not archive on removal; its clicks since the last archive are lost");
-                    let unmapped = self.store.unmap_node(addr).await?.len();
-                    CleanReport {
-                        unmapped,
-                        ..CleanReport::default()
-                    }
+                    CleanReport::default()
                 }
+                // A node that refused to archive still holds its counts:
+                // it stays (draining) until a removal succeeds.
                 other => other?,
             }
         };
@@ -150,11 +195,12 @@ impl NodeCleaner {
     /// restore from the archive) and wipe it with `/clean archive=false`.
     /// The caller holds the node lock.
     pub async fn wipe(&self, addr: &str) -> Result<usize, CleanError> {
-        let seq = self.raise_and_wait(addr).await?;
+        let seq = self.raise_and_wait(addr, FenceReason::Clean).await?;
         let result = async {
+            self.archive.fence_failed_node(addr).await?;
             let dropped = self.store.unmap_node(addr).await?;
             self.client
-                .clean(addr, false, None)
+                .clean(addr, false, None, None)
                 .await
                 .map_err(|source| CleanError::Node {
                     node: addr.to_owned(),
@@ -163,8 +209,45 @@ impl NodeCleaner {
             Ok(dropped.len())
         }
         .await;
-        self.store.lower_fence(addr, seq).await?;
+        self.lower(addr, seq).await;
         result
+    }
+
+    /// A node was declared down: once every replica has stopped pressing it
+    /// (the fence), revoke whatever it may still archive, then unmap its
+    /// sessions so they continue elsewhere from their last archive
+    /// (DESIGN §4.5, §4.10). Returns the sessions moved. Idempotent.
+    pub async fn fail_over(&self, addr: &str) -> Result<usize, CleanError> {
+        self.locked(addr, LOCK_WAIT, |this, addr| async move {
+            if this.store.get_node(&addr).await?.map(|n| n.state) != Some(NodeState::Down) {
+                return Ok(0); // recovered (and wiped) or removed meanwhile
+            }
+            this.fail_over_locked(&addr).await
+        })
+        .await
+    }
+
+    /// [`fail_over`](Self::fail_over) with the node lock held.
+    async fn fail_over_locked(&self, addr: &str) -> Result<usize, CleanError> {
+        if self.store.node_sessions(addr).await?.is_empty() {
+            // Nothing left to move, but what the node may still archive
+            // must stay fenced out all the same.
+            self.archive.fence_failed_node(addr).await?;
+            return Ok(0);
+        }
+        let seq = self.raise_and_wait(addr, FenceReason::Down).await?;
+        let result = self.move_sessions_off(addr).await;
+        self.lower(addr, seq).await;
+        result
+    }
+
+    /// Under the fence: revoke the node's tokens, then unmap its sessions.
+    async fn move_sessions_off(&self, addr: &str) -> Result<usize, CleanError> {
+        let revoked = self.archive.fence_failed_node(addr).await?;
+        let moved = self.store.unmap_node(addr).await?.len();
+        warn!(node = %addr, sessions = moved, tokens_revoked = revoked, "failed node's sessions moved off it");
+        metrics::counter!("nodes_control_sessions_failed_over_total").increment(moved as u64);
+        Ok(moved)
     }
 
     /// The clean proper, under the fence: `/clean archive=true`, asking the
@@ -176,24 +259,42 @@ impl NodeCleaner {
         leaving: Vec<String>,
         selective: bool,
     ) -> Result<CleanReport, CleanError> {
-        let seq = self.raise_and_wait(addr).await?;
-        let journal = Journal { seq, leaving };
-        if let Err(error) = self.store.put_journal(addr, &journal).await {
-            self.store.lower_fence(addr, seq).await?;
-            return Err(error.into());
+        let seq = self.raise_and_wait(addr, FenceReason::Clean).await?;
+        let result = self.clean_under_fence(addr, seq, leaving, selective).await;
+        // A journal left behind (Redis failed after the node archived) keeps
+        // the fence up until a sweep finishes the clean; else it comes down.
+        if !matches!(self.store.journal(addr).await, Ok(Some(_)) | Err(_)) {
+            self.lower(addr, seq).await;
         }
+        result
+    }
+
+    async fn clean_under_fence(
+        &self,
+        addr: &str,
+        seq: u64,
+        leaving: Vec<String>,
+        selective: bool,
+    ) -> Result<CleanReport, CleanError> {
+        // The node may have failed while we waited for the acks: a failed
+        // node is never asked to archive (its counts are stale).
+        if self.store.get_node(addr).await?.map(|n| n.state) == Some(NodeState::Down) {
+            return Ok(CleanReport {
+                unmapped: self.move_sessions_off(addr).await?,
+                ..CleanReport::default()
+            });
+        }
+        let generation = self.archive.issue_token(addr).await?;
+        let journal = Journal {
+            seq,
+            generation: Some(generation),
+            leaving,
+        };
+        self.store.put_journal(addr, &journal).await?;
         let only = selective.then_some(journal.leaving.as_slice());
-        let outcome = match self.client.clean(addr, true, only).await {
+        let outcome = match self.client.clean(addr, true, only, Some(generation)).await {
             Ok(outcome) => outcome,
-            Err(source) => {
-                // Nothing was forgotten: lift the fence, leave the mappings.
-                self.store.delete_journal(addr).await?;
-                self.store.lower_fence(addr, seq).await?;
-                return Err(CleanError::Node {
-                    node: addr.to_owned(),
-                    source,
-                });
-            }
+            Err(source) => return Err(self.clean_failed(addr, generation, source).await),
         };
         // From here on the node has forgotten sessions.
         let report = match self.fold_and_apply(addr, &journal, outcome.clone()).await {
@@ -209,17 +310,48 @@ impl NodeCleaner {
                 };
                 self.store.apply_clean(addr, &forgotten, &[]).await?;
                 self.store.delete_journal(addr).await?;
-                self.store.lower_fence(addr, seq).await?;
                 return Err(CleanError::Archive(error));
             }
-            // Redis failed: the fence and the journal stay until a sweep
-            // finishes the clean.
             Err(other) => return Err(other),
         };
         self.store.delete_journal(addr).await?;
-        self.store.lower_fence(addr, seq).await?;
-        info!(node = %addr, unmapped = report.unmapped, rebased = report.rebased, "node cleaned");
+        info!(node = %addr, unmapped = report.unmapped, rebased = report.rebased, generation, "node cleaned");
         Ok(report)
+    }
+
+    /// A `/clean` that did not end in OK: its token is revoked (whatever the
+    /// node wrote with it is never folded). A node that did not answer at
+    /// all failed: it is declared down and its sessions move off it now,
+    /// under the fence this clean holds. A node that answered an error
+    /// forgot nothing and keeps its sessions.
+    async fn clean_failed(&self, addr: &str, generation: i64, source: NodeCallError) -> CleanError {
+        if let Err(error) = self.store.delete_journal(addr).await {
+            warn!(node = %addr, %error, "could not delete the clean journal");
+        }
+        if let Err(error) = self.archive.revoke_token(generation).await {
+            warn!(node = %addr, %error, generation, "could not revoke a failed clean's token");
+        }
+        if source.is_unreachable() {
+            warn!(node = %addr, error = %source, "node did not answer its clean; declaring it down");
+            if let Some(entry) = self.table.get(addr) {
+                entry.set_state(NodeState::Down);
+            }
+            let down = self
+                .store
+                .set_node_state(addr, NodeState::Down, &[NodeState::Up, NodeState::Draining])
+                .await;
+            if let Err(error) = down {
+                return error.into();
+            }
+            metrics::counter!("nodes_control_nodes_marked_down_total").increment(1);
+            if let Err(error) = self.move_sessions_off(addr).await {
+                return error;
+            }
+        }
+        CleanError::Node {
+            node: addr.to_owned(),
+            source,
+        }
     }
 
     /// Fold what the node archived, then unmap the leaving sessions and
@@ -259,18 +391,19 @@ impl NodeCleaner {
 
     /// Finishes a clean whose cleaner died after `/clean`: the stale fence
     /// stays up until the fold is repeated. Folding every session of the
-    /// node is right whichever way the node cleaned (a second fold is a no-op).
+    /// node is right whichever way the node cleaned (a second fold is a
+    /// no-op). Skipped while another operation holds the node.
     pub async fn finish_stale(&self, addr: &str, seq: u64) -> Result<bool, CleanError> {
-        with_node_lock(&self.store, addr, Self::busy(addr), async {
-            let Some(journal) = self.store.journal(addr).await? else {
-                self.store.lower_fence(addr, seq).await?;
+        self.locked(addr, Duration::ZERO, move |this, addr| async move {
+            let Some(journal) = this.store.journal(&addr).await? else {
+                this.store.lower_fence(&addr, seq).await?;
                 return Ok(false);
             };
-            let report = self.fold_and_apply(addr, &journal, CleanOutcome::All).await?;
-            self.store.delete_journal(addr).await?;
-            self.store.lower_fence(addr, journal.seq).await?;
+            let report = this.fold_and_apply(&addr, &journal, CleanOutcome::All).await?;
+            this.store.delete_journal(&addr).await?;
+            this.store.lower_fence(&addr, journal.seq).await?;
             if journal.seq != seq {
-                self.store.lower_fence(addr, seq).await?;
+                this.store.lower_fence(&addr, seq).await?;
             }
             warn!(node = %addr, unmapped = report.unmapped, rebased = report.rebased, "finished an interrupted clean");
             Ok(true)
@@ -278,15 +411,48 @@ impl NodeCleaner {
         .await
     }
 
+    /// After Redis forgot everything (DESIGN §4.12): under the fence, a node
+    /// that was up archives every session it holds with a fresh token, which
+    /// is folded at once; a node that was down is only wiped (its counts are
+    /// stale). Returns whether the node answered. The caller holds the lock.
+    pub async fn archive_all(&self, addr: &str, was_up: bool) -> Result<bool, CleanError> {
+        let seq = self.raise_and_wait(addr, FenceReason::Clean).await?;
+        let result = async {
+            if !was_up {
+                self.archive.fence_failed_node(addr).await?;
+                return Ok(self.client.clean(addr, false, None, None).await.is_ok());
+            }
+            let generation = self.archive.issue_token(addr).await?;
+            match self.client.clean(addr, true, None, Some(generation)).await {
+                Ok(_) => {
+                    let folded = self.archive.fold_generation(generation).await?;
+                    info!(node = %addr, sessions = folded, generation, "node archived after Redis forgot its sessions");
+                    Ok(true)
+                }
+                Err(error) => {
+                    warn!(node = %addr, %error, "node could not archive during the rebuild; it stays down");
+                    self.archive.revoke_token(generation).await?;
+                    self.archive.fence_failed_node(addr).await?;
+                    Ok(false)
+                }
+            }
+        }
+        .await;
+        self.lower(addr, seq).await;
+        result
+    }
+
     /// Raises the fence on a node and waits until every live replica has
     /// closed its gate to it.
-    async fn raise_and_wait(&self, addr: &str) -> Result<u64, CleanError> {
+    async fn raise_and_wait(&self, addr: &str, reason: FenceReason) -> Result<u64, CleanError> {
         let seq = self
             .store
-            .raise_fence(addr, now_ms() + LOCK_TTL_MS as i64)
+            .raise_fence(addr, now_ms() + LOCK_TTL_MS as i64, reason)
             .await?;
         let deadline = tokio::time::Instant::now() + self.ack_timeout;
         loop {
+            // Armed before the check, so an ack arriving meanwhile wakes us.
+            let event = self.events.notified();
             let since = now_ms() - self.liveness.as_millis() as i64;
             let live = self.store.live_replicas(since).await?;
             let acks = self.store.fence_acks(addr, seq).await?;
@@ -301,11 +467,28 @@ impl NodeCleaner {
                     missing,
                 });
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            // The event wakes us; the timer covers a lost message.
+            let _ = tokio::time::timeout(Duration::from_millis(100), event).await;
+        }
+    }
+
+    /// Lowers a fence; if Redis refuses, the stale fence is lowered by the
+    /// next sweep once its deadline passed.
+    async fn lower(&self, addr: &str, seq: u64) {
+        if let Err(error) = self.store.lower_fence(addr, seq).await {
+            warn!(node = %addr, %error, "could not lower a fence; the sweep will");
         }
     }
 
     pub fn table(&self) -> &Arc<NodeTable> {
         &self.table
+    }
+
+    pub fn archive(&self) -> &Archive {
+        &self.archive
+    }
+
+    pub fn store(&self) -> &SessionStore {
+        &self.store
     }
 }

@@ -1,25 +1,29 @@
 //! `FenceWatcher`: this replica's half of the clean fence. It heartbeats
-//! (so cleaners know to wait for it) and polls the raised fences; for each
+//! (so cleaners know to wait for it) and follows the raised fences; for each
 //! one it closes its local gate to the node, which waits for its in-flight
 //! presses there to finish, then acknowledges. The gate opens again when the
-//! fence is lowered, and the table epoch moves on so presses that read a
-//! mapping before the clean read it again.
+//! fence is lowered, and the node's clean epoch moves on so presses that
+//! read a mapping before the clean read it again.
 //!
-//! Polling (one `HGETALL` every [`POLL`]) rather than pub/sub: no second
-//! connection to keep alive, and a lost message cannot block a clean.
+//! Wake, don't poll: every raise, lower and ack is published on the events
+//! channel, and a subscriber task re-reads the fences at once. A read every
+//! [`HEARTBEAT`] is the fallback (a lost message delays a clean by at most
+//! that) and doubles as the heartbeat.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::oneshot;
+use futures::StreamExt;
+use tokio::sync::{oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::nodes::NodeTable;
-use crate::store::{now_ms, SessionStore, StoreResult};
+use crate::store::{now_ms, FenceReason, NodeState, SessionStore, StoreResult};
 
-pub const POLL: Duration = Duration::from_millis(20);
+/// How often a replica heartbeats and re-reads the fences without being woken.
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
 
 #[derive(Clone)]
 pub struct FenceWatcher {
@@ -29,6 +33,11 @@ pub struct FenceWatcher {
     /// Fences this replica holds: node -> (seq, release). A std mutex: never
     /// held across an await.
     held: Arc<Mutex<HashMap<String, HeldFence>>>,
+    /// Notified on every event from the channel, for cleaners waiting on acks.
+    events: Arc<Notify>,
+    /// Serialises [`poll_once`](Self::poll_once) between the timer and the
+    /// subscriber, so one fence is never taken twice.
+    polling: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// A fence this replica has closed its gate for: its sequence number and
@@ -36,12 +45,14 @@ pub struct FenceWatcher {
 type HeldFence = (u64, oneshot::Sender<()>);
 
 impl FenceWatcher {
-    pub fn new(store: SessionStore, table: Arc<NodeTable>) -> Self {
+    pub fn new(store: SessionStore, table: Arc<NodeTable>, events: Arc<Notify>) -> Self {
         Self {
             store,
             table,
             replica: uuid::Uuid::new_v4().to_string().into(),
             held: Arc::default(),
+            events,
+            polling: Arc::default(),
         }
     }
 
@@ -53,6 +64,7 @@ impl FenceWatcher {
     /// a cleaner that sees us alive waits for our ack, and we see its fence
     /// in the read that follows.
     pub async fn poll_once(&self) -> StoreResult<()> {
+        let _one_at_a_time = self.polling.lock().await;
         self.store.heartbeat(&self.replica, now_ms()).await?;
         let fences = self.store.fences().await?;
         let missing = {
@@ -71,19 +83,25 @@ impl FenceWatcher {
                 }
                 let (release, released) = oneshot::channel();
                 held.insert(node.clone(), (fence.seq, release));
-                missing.push((node, fence.seq, released));
+                missing.push((node, fence.seq, fence.reason, released));
             }
             missing
         };
-        for (node, seq, released) in missing {
-            self.close_gate(node, seq, released).await;
+        for (node, seq, reason, released) in missing {
+            self.close_gate(node, seq, reason, released).await;
         }
         Ok(())
     }
 
     /// Closes the local gate to `node` in a task that holds it until the
     /// fence is lowered; acks once no press of ours is in flight there.
-    async fn close_gate(&self, node: String, seq: u64, released: oneshot::Receiver<()>) {
+    async fn close_gate(
+        &self,
+        node: String,
+        seq: u64,
+        reason: FenceReason,
+        released: oneshot::Receiver<()>,
+    ) {
         if self.table.get(&node).is_none() {
             // A node added by another replica: learn it, so its gate exists.
             if let Ok(records) = self.store.list_nodes().await {
@@ -91,21 +109,26 @@ impl FenceWatcher {
             }
         }
         let entry = self.table.get(&node);
+        if let (Some(entry), FenceReason::Down) = (&entry, reason) {
+            // The node failed: our presses in flight there give up now
+            // rather than at their timeout, so the gate closes at once.
+            entry.set_state(NodeState::Down);
+        }
         let watcher = self.clone();
         tokio::spawn(async move {
             let guard = match &entry {
                 Some(entry) => Some(entry.fence().await),
                 None => None, // unknown node: no press of ours can reach it
             };
-            for attempt in 0.. {
+            for attempt in 0u32.. {
                 match watcher.store.ack_fence(&node, seq, &watcher.replica).await {
                     Ok(()) => break,
-                    Err(error) if attempt % 50 == 0 => {
+                    Err(error) if attempt % 20 == 0 => {
                         warn!(%node, seq, %error, "cannot ack fence; retrying")
                     }
                     Err(_) => {}
                 }
-                tokio::time::sleep(POLL).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
             let _ = released.await;
             if let Some(entry) = &entry {
@@ -115,20 +138,52 @@ impl FenceWatcher {
         });
     }
 
-    /// Polls every [`POLL`] until cancelled, then leaves the replica set.
+    /// Follows fences until cancelled (woken by the events channel, with a
+    /// poll every [`HEARTBEAT`] as fallback and heartbeat), then leaves the
+    /// replica set.
     pub async fn run(self, cancel: CancellationToken) {
+        let subscriber = tokio::spawn(self.clone().follow_events(cancel.clone()));
         loop {
             if let Err(error) = self.poll_once().await {
                 debug!(%error, "fence poll failed");
             }
             tokio::select! {
                 _ = cancel.cancelled() => break,
-                _ = tokio::time::sleep(POLL) => {}
+                _ = tokio::time::sleep(HEARTBEAT) => {}
             }
         }
+        subscriber.abort();
         self.held.lock().unwrap_or_else(|e| e.into_inner()).clear();
         if let Err(error) = self.store.remove_replica(&self.replica).await {
             warn!(%error, "could not deregister the replica; its heartbeat expires by itself");
+        }
+    }
+
+    /// Re-reads the fences whenever an event arrives; resubscribes after
+    /// the connection drops.
+    async fn follow_events(self, cancel: CancellationToken) {
+        while !cancel.is_cancelled() {
+            match self.store.subscribe_events().await {
+                Ok(pubsub) => {
+                    let mut messages = pubsub.into_on_message();
+                    // Events may have been missed while unsubscribed.
+                    let _ = self.poll_once().await;
+                    while let Some(message) = messages.next().await {
+                        self.events.notify_waiters();
+                        if message.get_payload_bytes() != b"ack" {
+                            if let Err(error) = self.poll_once().await {
+                                debug!(%error, "fence read after an event failed");
+                            }
+                        }
+                    }
+                    debug!("fence event subscription ended; resubscribing");
+                }
+                Err(error) => debug!(%error, "cannot subscribe to fence events"),
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(HEARTBEAT) => {}
+            }
         }
     }
 }

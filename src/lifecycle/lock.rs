@@ -1,5 +1,10 @@
 //! One admin operation per node at a time, across replicas: add, remove,
-//! recovery and every clean take the node's lock in Redis.
+//! recovery, failover and every clean take the node's lock in Redis.
+//!
+//! The lock lives [`LOCK_TTL_MS`] and is renewed while its holder works, so
+//! it outlives any clean yet frees itself soon after a holder that died.
+//! Work done under it runs in a task of its own ([`detached`]): a client that
+//! hangs up cannot cancel it halfway and leave a fence raised or the lock held.
 
 use std::future::Future;
 use std::time::Duration;
@@ -10,20 +15,34 @@ use crate::store::{SessionStore, StoreError};
 
 /// How long an operation waits for another one on the same node.
 pub const LOCK_WAIT: Duration = Duration::from_secs(15);
-/// Lock lifetime: longer than any clean takes, so it only expires if its
-/// holder died (and then the journal lets the next holder finish its work).
-pub const LOCK_TTL_MS: u64 = 30_000;
+/// Lock lifetime without renewal: how soon a dead holder's lock frees.
+pub const LOCK_TTL_MS: u64 = 10_000;
+/// How often a live holder renews its lock.
+const RENEW_EVERY: Duration = Duration::from_millis(LOCK_TTL_MS / 3);
 
-/// Runs `op` holding the node's lock. `busy` makes the error returned when
-/// the lock cannot be had within [`LOCK_WAIT`].
+/// Runs `op` holding the node's lock, waiting at most `wait` for it. `busy`
+/// makes the error returned when the lock cannot be had in time.
 pub async fn with_node_lock<T, E: From<StoreError>>(
     store: &SessionStore,
     addr: &str,
+    wait: Duration,
     busy: impl FnOnce() -> E,
     op: impl Future<Output = Result<T, E>>,
 ) -> Result<T, E> {
-    let lock = format!("node:{addr}");
-    let deadline = tokio::time::Instant::now() + LOCK_WAIT;
+    with_lock(store, &format!("node:{addr}"), wait, busy, op).await
+}
+
+/// Runs `op` holding the lock `lock` (renewed meanwhile), waiting at most
+/// `wait` for it.
+pub async fn with_lock<T, E: From<StoreError>>(
+    store: &SessionStore,
+    lock: &str,
+    wait: Duration,
+    busy: impl FnOnce() -> E,
+    op: impl Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    let lock = lock.to_owned();
+    let deadline = tokio::time::Instant::now() + wait;
     let token = loop {
         if let Some(token) = store.try_lock(&lock, LOCK_TTL_MS).await? {
             break token;
@@ -33,9 +52,42 @@ pub async fn with_node_lock<T, E: From<StoreError>>(
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
+    let renewal = tokio::spawn({
+        let (store, lock, token) = (store.clone(), lock.clone(), token.clone());
+        async move {
+            loop {
+                tokio::time::sleep(RENEW_EVERY).await;
+                match store.renew_lock(&lock, &token, LOCK_TTL_MS).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        warn!(%lock, "lost a node lock while working under it");
+                        return;
+                    }
+                    Err(error) => warn!(%lock, %error, "could not renew a node lock"),
+                }
+            }
+        }
+    });
     let result = op.await;
+    renewal.abort();
     if let Err(error) = store.unlock(&lock, &token).await {
-        warn!(node = %addr, %error, "could not release the node lock; it expires by itself");
+        warn!(%lock, %error, "could not release the lock; it expires by itself");
     }
     result
+}
+
+/// Runs `work` to completion in a task of its own and waits for it. If the
+/// caller is dropped (a client hung up), the work goes on regardless.
+pub async fn detached<T, E>(
+    work: impl Future<Output = Result<T, E>> + Send + 'static,
+    panicked: impl FnOnce(String) -> E,
+) -> Result<T, E>
+where
+    T: Send + 'static,
+    E: Send + 'static,
+{
+    match tokio::spawn(work).await {
+        Ok(result) => result,
+        Err(error) => Err(panicked(error.to_string())),
+    }
 }

@@ -1,6 +1,8 @@
 //! The expiry sweep (DESIGN §4.3): every `SWEEP_INTERVAL_SECS`, archive the
 //! sessions whose life ended, node by node, through the cleaner. It reads
 //! only the expired part of the expiry index: O(expired), never a scan.
+//! Nodes are cleaned concurrently, each within its own deadline: a hung node
+//! delays only its own sessions (DESIGN §4.13).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -8,7 +10,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::cleaner::NodeCleaner;
+use super::cleaner::{CleanError, CleanReport, NodeCleaner};
 use crate::store::{now_ms, SessionStore, StoreError};
 
 /// Most sessions one sweep takes on; the rest wait for the next round.
@@ -36,11 +38,18 @@ pub struct SweepReport {
 pub struct Sweeper {
     store: SessionStore,
     cleaner: NodeCleaner,
+    /// How long one sweep waits for one node's cleans (they go on in the
+    /// background if it passes; the node lock keeps them one at a time).
+    node_deadline: Duration,
 }
 
 impl Sweeper {
-    pub fn new(store: SessionStore, cleaner: NodeCleaner) -> Self {
-        Self { store, cleaner }
+    pub fn new(store: SessionStore, cleaner: NodeCleaner, node_timeout: Duration) -> Self {
+        Self {
+            store,
+            cleaner,
+            node_deadline: node_timeout * 3 + Duration::from_secs(2),
+        }
     }
 
     /// One sweep at time `now_ms`: finish interrupted cleans, then archive
@@ -68,18 +77,24 @@ impl Sweeper {
             }
         }
         self.store.forget_expiry(&orphans).await?;
-        for (node, ids) in by_node {
-            for batch in ids.chunks(MAX_PER_CLEAN) {
-                match self.cleaner.expire(&node, batch).await {
-                    Ok(clean) => {
-                        report.unmapped += clean.unmapped;
-                        report.rebased += clean.rebased;
-                    }
-                    Err(error) => {
-                        warn!(%node, %error, sessions = ids.len(), "sweep could not clean node; retrying next round");
-                        report.failed_nodes.push(node);
-                        break;
-                    }
+        let cleans = by_node.into_iter().map(|(node, ids)| async move {
+            let outcome =
+                tokio::time::timeout(self.node_deadline, self.expire_all(&node, &ids)).await;
+            (node, ids.len(), outcome)
+        });
+        for (node, sessions, outcome) in futures::future::join_all(cleans).await {
+            match outcome {
+                Ok(Ok(clean)) => {
+                    report.unmapped += clean.unmapped;
+                    report.rebased += clean.rebased;
+                }
+                Ok(Err(error)) => {
+                    warn!(%node, %error, sessions, "sweep could not clean node; retrying next round");
+                    report.failed_nodes.push(node);
+                }
+                Err(_) => {
+                    warn!(%node, sessions, "sweep gave up waiting for node; retrying next round");
+                    report.failed_nodes.push(node);
                 }
             }
         }
@@ -94,6 +109,17 @@ impl Sweeper {
         }
         metrics::counter!("nodes_control_sessions_expired_total").increment(report.unmapped as u64);
         Ok(report)
+    }
+
+    /// Every expired session of one node, in batches of [`MAX_PER_CLEAN`].
+    async fn expire_all(&self, node: &str, ids: &[String]) -> Result<CleanReport, CleanError> {
+        let mut total = CleanReport::default();
+        for batch in ids.chunks(MAX_PER_CLEAN) {
+            let clean = self.cleaner.expire(node, batch).await?;
+            total.unmapped += clean.unmapped;
+            total.rebased += clean.rebased;
+        }
+        Ok(total)
     }
 
     /// Archives an expired session now, with the other expired sessions of

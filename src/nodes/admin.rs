@@ -8,9 +8,10 @@ use serde::Serialize;
 use tracing::{info, warn};
 
 use super::address::{AddressError, NodeAddress};
-use super::client::{NodeCallError, NodeClient};
+use super::client::{NodeCallError, NodeClient, NodeHealth};
 use super::table::{NodeEntry, NodeTable};
-use crate::lifecycle::lock::with_node_lock;
+use crate::archive::{Archive, ArchiveError, Member};
+use crate::lifecycle::lock::{detached, with_node_lock, LOCK_WAIT};
 use crate::lifecycle::{CleanError, NodeCleaner};
 use crate::store::{NodeRecord, NodeState, SessionStore, StoreError};
 
@@ -28,10 +29,16 @@ pub enum AdminError {
     UnknownNode(String),
     #[error("another operation on node {0} is still running; try again")]
     Busy(String),
+    #[error("the registry is being rebuilt after Redis lost its data; try again")]
+    Rebuilding,
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
+    Archive(#[from] ArchiveError),
+    #[error(transparent)]
     Clean(#[from] CleanError),
+    #[error("an admin task failed: {0}")]
+    Task(String),
 }
 
 /// A node as `GET /nodes` shows it.
@@ -58,6 +65,7 @@ pub struct Removal {
 #[derive(Clone)]
 pub struct NodeAdmin {
     store: SessionStore,
+    archive: Archive,
     table: Arc<NodeTable>,
     client: NodeClient,
     cleaner: NodeCleaner,
@@ -67,10 +75,15 @@ impl NodeAdmin {
     pub fn new(store: SessionStore, cleaner: NodeCleaner, client: NodeClient) -> Self {
         Self {
             store,
+            archive: cleaner.archive().clone(),
             table: cleaner.table().clone(),
             client,
             cleaner,
         }
+    }
+
+    pub fn cleaner(&self) -> &NodeCleaner {
+        &self.cleaner
     }
 
     pub fn table(&self) -> &Arc<NodeTable> {
@@ -98,34 +111,47 @@ impl NodeAdmin {
         if let Some(existing) = self.store.get_node(address.as_str()).await? {
             return self.re_add(existing, requested_weight).await;
         }
-        let weight = requested_weight.unwrap_or(1);
-        let addr = address.as_str();
-        self.with_node_lock(addr, async {
-            if let Some(existing) = self.store.get_node(addr).await? {
-                return self.re_add(existing, requested_weight).await;
+        let name = name.map(str::to_owned);
+        let host_port = address.host_port();
+        self.with_node_lock(address.as_str(), move |this, addr| async move {
+            if let Some(existing) = this.store.get_node(&addr).await? {
+                return this.re_add(existing, requested_weight).await;
             }
-            let (state, reported_name) = match self.wipe(addr).await {
-                Ok(reported) => (NodeState::Up, reported),
+            // Whatever an earlier life of this node may still archive is
+            // fenced out before it counts for us again.
+            this.archive.fence_failed_node(&addr).await?;
+            let (state, health) = match this.wipe(&addr).await {
+                Ok(health) => (NodeState::Up, health),
                 Err(error) => {
                     warn!(node = %addr, %error, "new node does not answer; registering it down");
-                    (NodeState::Down, None)
+                    (NodeState::Down, NodeHealth::default())
                 }
             };
             // The admin's name, else the node's own, else host:port.
-            let name = name
-                .map(str::to_owned)
-                .or(reported_name)
-                .unwrap_or_else(|| address.host_port());
+            let name = name.or(health.name).unwrap_or(host_port);
             let record = NodeRecord {
-                address: addr.to_owned(),
+                address: addr.clone(),
                 name,
-                weight,
+                weight: requested_weight.unwrap_or(1),
                 state,
                 active_sessions: 0,
             };
-            self.store.register_node(&record).await?;
-            self.table.upsert(&record);
-            info!(node = %addr, name = %record.name, weight, %state, "node added");
+            // Postgres first: a node Redis knows is always one a rebuild knows.
+            this.archive
+                .upsert_member(&Member {
+                    address: addr.clone(),
+                    name: record.name.clone(),
+                    weight: record.weight as i32,
+                    state: state.as_str().to_owned(),
+                    instance: health.instance,
+                    generation: 0,
+                })
+                .await?;
+            if this.store.register_node(&record, false).await?.is_none() {
+                return Err(AdminError::Rebuilding);
+            }
+            this.table.upsert(&record);
+            info!(node = %addr, name = %record.name, weight = record.weight, %state, "node added");
             Ok(record)
         })
         .await
@@ -139,6 +165,9 @@ impl NodeAdmin {
         weight: Option<u32>,
     ) -> Result<NodeRecord, AdminError> {
         if let Some(weight) = weight.filter(|w| *w != existing.weight) {
+            self.archive
+                .set_member_weight(&existing.address, weight)
+                .await?;
             self.store
                 .set_node_weight(&existing.address, weight)
                 .await?;
@@ -155,20 +184,23 @@ impl NodeAdmin {
     /// another node.
     pub async fn remove(&self, address: &str) -> Result<Removal, AdminError> {
         let address = NodeAddress::parse(address)?;
-        let addr = address.as_str();
-        self.with_node_lock(addr, async {
-            let record = self
+        self.with_node_lock(address.as_str(), |this, addr| async move {
+            let addr = addr.as_str();
+            let record = this
                 .store
                 .get_node(addr)
                 .await?
                 .ok_or_else(|| AdminError::UnknownNode(addr.to_owned()))?;
-            self.store.set_node_state(addr, NodeState::Draining, &[]).await?;
-            self.table.upsert(&NodeRecord {
-                state: NodeState::Draining,
-                ..record.clone()
-            });
-            let report = self.cleaner.remove(addr, record.state).await?;
-            self.table.remove(addr);
+            if record.state != NodeState::Down {
+                this.store.set_node_state(addr, NodeState::Draining, &[]).await?;
+                this.table.upsert(&NodeRecord {
+                    state: NodeState::Draining,
+                    ..record.clone()
+                });
+            }
+            let report = this.cleaner.remove(addr, record.state).await?;
+            this.archive.delete_member(addr).await?;
+            this.table.remove(addr);
             info!(node = %addr, sessions = report.unmapped, archived = report.archived, "node removed");
             Ok(Removal {
                 sessions: report.unmapped,
@@ -213,7 +245,11 @@ impl NodeAdmin {
         entry.set_state(NodeState::Down);
         match self
             .store
-            .set_node_state(&entry.address, NodeState::Down, &[NodeState::Up])
+            .set_node_state(
+                &entry.address,
+                NodeState::Down,
+                &[NodeState::Up, NodeState::Draining],
+            )
             .await
         {
             Ok(Some(_)) => {
@@ -227,43 +263,63 @@ impl NodeAdmin {
         }
     }
 
+    /// Moves the sessions of a node declared down off it, under its fence.
+    pub async fn fail_over(&self, addr: &str) -> Result<usize, CleanError> {
+        self.cleaner.fail_over(addr).await
+    }
+
     /// Brings a down node that answers its health check back: its sessions
     /// are unmapped (they restore from the archive), it is wiped with
     /// `/clean archive=false` (its counts are stale), then it takes traffic.
     pub async fn recover(&self, addr: &str) -> Result<bool, AdminError> {
-        self.with_node_lock(addr, async {
-            match self.store.get_node(addr).await? {
+        self.with_node_lock(addr, |this, addr| async move {
+            let addr = addr.as_str();
+            match this.store.get_node(addr).await? {
                 Some(record) if record.state == NodeState::Down => {}
                 _ => return Ok(false),
             }
-            let dropped = match self.cleaner.wipe(addr).await {
+            let dropped = match this.cleaner.wipe(addr).await {
                 Ok(dropped) => dropped,
                 Err(error) => {
                     warn!(node = %addr, %error, "could not wipe the recovered node; it stays down");
                     return Ok(false);
                 }
             };
-            if let Some(old) = self.store.set_node_state(addr, NodeState::Up, &[NodeState::Down]).await? {
+            this.archive.set_member_state(addr, NodeState::Up.as_str()).await?;
+            if let Some(old) = this.store.set_node_state(addr, NodeState::Up, &[NodeState::Down]).await? {
                 info!(node = %addr, from = %old, sessions_dropped = dropped, "node recovered and wiped");
             }
-            self.refresh().await?;
+            this.refresh().await?;
             Ok(true)
         })
         .await
     }
 
-    /// Health check, then `/clean archive=false`; returns the node's own name.
-    async fn wipe(&self, addr: &str) -> Result<Option<String>, NodeCallError> {
-        let name = self.client.health(addr).await?;
-        self.client.clean(addr, false, None).await?;
-        Ok(name)
+    /// Health check, then `/clean archive=false`; returns what the node
+    /// says of itself.
+    async fn wipe(&self, addr: &str) -> Result<NodeHealth, NodeCallError> {
+        let health = self.client.health(addr).await?;
+        self.client.clean(addr, false, None, None).await?;
+        Ok(health)
     }
 
-    async fn with_node_lock<T>(
-        &self,
-        addr: &str,
-        op: impl std::future::Future<Output = Result<T, AdminError>>,
-    ) -> Result<T, AdminError> {
-        with_node_lock(&self.store, addr, || AdminError::Busy(addr.to_owned()), op).await
+    /// Runs `op` holding the node's lock, in a task of its own: an admin
+    /// whose request is cancelled does not cut a removal in half.
+    async fn with_node_lock<T, F, Fut>(&self, addr: &str, op: F) -> Result<T, AdminError>
+    where
+        T: Send + 'static,
+        F: FnOnce(NodeAdmin, String) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<T, AdminError>> + Send,
+    {
+        let (this, addr) = (self.clone(), addr.to_owned());
+        detached(
+            async move {
+                let store = this.store.clone();
+                let busy = AdminError::Busy(addr.clone());
+                with_node_lock(&store, &addr, LOCK_WAIT, || busy, op(this, addr.clone())).await
+            },
+            AdminError::Task,
+        )
+        .await
     }
 }

@@ -53,6 +53,14 @@ pub struct Answer {
     pub body: Bytes,
 }
 
+/// What a node's `/health` says of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeHealth {
+    pub name: Option<String>,
+    /// Changes when the node restarts (and so lost its counts).
+    pub instance: Option<String>,
+}
+
 /// What a `/clean` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CleanOutcome {
@@ -196,16 +204,21 @@ impl NodeClient {
     }
 
     /// `POST /clean`; with `session_ids`, a node that supports it cleans
-    /// only those, any other node cleans everything.
+    /// only those, any other node cleans everything. `generation` is the
+    /// clean token a node that carries it writes into the archive rows.
     pub async fn clean(
         &self,
         address: &str,
         archive: bool,
         session_ids: Option<&[String]>,
+        generation: Option<i64>,
     ) -> Result<CleanOutcome, NodeCallError> {
         let mut body = serde_json::json!({ "archive": archive });
         if let Some(ids) = session_ids {
             body["session_ids"] = serde_json::json!(ids);
+        }
+        if let Some(generation) = generation {
+            body["generation"] = serde_json::json!(generation);
         }
         let response = self
             .admin
@@ -231,9 +244,10 @@ impl NodeClient {
         Ok(CleanOutcome::All)
     }
 
-    /// `GET /health`: any 2xx within the timeout is healthy. Returns the
-    /// name the node reports (`{"name":..}`, as the reference node does), if any.
-    pub async fn health(&self, address: &str) -> Result<Option<String>, NodeCallError> {
+    /// `GET /health`: any 2xx within the timeout is healthy. Returns what
+    /// the node says of itself (`{"name":..,"instance":..}`, as the
+    /// reference node does), if anything.
+    pub async fn health(&self, address: &str) -> Result<NodeHealth, NodeCallError> {
         let response = self
             .admin
             .get(format!("{address}/health"))
@@ -244,10 +258,17 @@ impl NodeClient {
             return Err(NodeCallError::Status(response.status()));
         }
         let body = response.text().await.unwrap_or_default();
-        Ok(serde_json::from_str::<serde_json::Value>(&body)
-            .ok()
-            .and_then(|v| v.get("name")?.as_str().map(str::to_owned))
-            .filter(|n| !n.is_empty() && n.len() <= 255 && !n.chars().any(char::is_control)))
+        let value = serde_json::from_str::<serde_json::Value>(&body).ok();
+        let field = |name: &str| {
+            value
+                .as_ref()
+                .and_then(|v| v.get(name)?.as_str().map(str::to_owned))
+                .filter(|n| !n.is_empty() && n.len() <= 255 && !n.chars().any(char::is_control))
+        };
+        Ok(NodeHealth {
+            name: field("name"),
+            instance: field("instance"),
+        })
     }
 }
 

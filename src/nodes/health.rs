@@ -56,9 +56,16 @@ impl HealthChecker {
                 (entry.health_fails.fetch_add(1, Ordering::Relaxed) + 1, 0)
             };
             match entry.state() {
-                NodeState::Up if fails >= FALL => {
+                NodeState::Up | NodeState::Draining if fails >= FALL => {
                     warn!(node = %entry.address, "health check failed {fails} times in a row");
                     self.admin.mark_down(entry).await;
+                    // Its sessions move now, not at their next press.
+                    let (admin, addr) = (self.admin.clone(), entry.address.clone());
+                    tokio::spawn(async move {
+                        if let Err(error) = admin.fail_over(&addr).await {
+                            warn!(node = %addr, %error, "failover after failed health checks did not complete; presses retry it");
+                        }
+                    });
                     report.marked_down.push(entry.address.clone());
                 }
                 NodeState::Down if oks >= RISE => match self.admin.recover(&entry.address).await {

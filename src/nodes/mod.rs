@@ -10,7 +10,7 @@ pub mod table;
 
 pub use address::NodeAddress;
 pub use admin::{AdminError, NodeAdmin, NodeView, Removal};
-pub use client::{CleanOutcome, NodeCallError, NodeClient};
+pub use client::{CleanOutcome, NodeCallError, NodeClient, NodeHealth};
 pub use health::{HealthChecker, HealthReport};
 pub use selector::Selector;
 pub use table::{NodeEntry, NodeTable};

@@ -35,6 +35,12 @@ pub struct NodeEntry {
     /// the write guard, so no press of this replica is in flight to a node
     /// being cleaned (DESIGN §4.7). A tokio lock: it is held across awaits.
     gate: AsyncRwLock<()>,
+    /// Fired when the node is declared down: presses in flight there stop
+    /// waiting for it and fail over at once (DESIGN §4.13).
+    down: tokio::sync::Notify,
+    /// Serialises this replica's presses that find the node down, so one of
+    /// them runs the failover and the others only re-read their mapping.
+    pub(crate) failover: tokio::sync::Mutex<()>,
     /// Consecutive health-check results, for rise/fall hysteresis.
     pub(crate) health_fails: AtomicU32,
     pub(crate) health_oks: AtomicU32,
@@ -54,6 +60,8 @@ impl NodeEntry {
             version: version.clone(),
             cleaned_at: AtomicU64::new(0),
             gate: AsyncRwLock::new(()),
+            down: tokio::sync::Notify::new(),
+            failover: tokio::sync::Mutex::new(()),
             health_fails: AtomicU32::new(0),
             health_oks: AtomicU32::new(0),
         })
@@ -78,7 +86,16 @@ impl NodeEntry {
     pub fn set_state(&self, state: NodeState) {
         if self.state.swap(encode(state), Ordering::AcqRel) != encode(state) {
             self.version.fetch_add(1, Ordering::AcqRel);
+            if state == NodeState::Down {
+                self.down.notify_waiters();
+            }
         }
+    }
+
+    /// Resolves when the node is declared down after this call. Create it
+    /// before checking the state, so a declaration in between is not missed.
+    pub fn declared_down(&self) -> tokio::sync::futures::Notified<'_> {
+        self.down.notified()
     }
 
     /// Whether presses of sessions mapped here may be forwarded to it.

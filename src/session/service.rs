@@ -1,17 +1,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::SessionId;
 use crate::archive::{Archive, ArchiveError};
 use crate::lifecycle::{CleanError, Sweeper};
 use crate::nodes::{NodeAdmin, NodeCallError, NodeClient, NodeEntry, NodeTable, Selector};
-use crate::store::{now_ms, Mapping, SessionStore, StoreError};
-
-/// Bound on the press loop (lookups after a fence, placements after a node
-/// failed or went down): a press never spins.
-const MAX_ROUNDS: usize = 16;
+use crate::store::{now_ms, Mapping, Placed, SessionStore, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PressError {
@@ -28,9 +25,15 @@ pub enum PressError {
     #[error(transparent)]
     Archive(#[from] ArchiveError),
     #[error("archiving the expired session failed: {0}")]
-    Expire(#[from] CleanError),
+    Expire(#[source] CleanError),
+    #[error("moving the session off its failed node failed: {0}")]
+    FailOver(#[source] CleanError),
     #[error("node {0} is being cleaned for too long")]
     Fenced(String),
+    #[error("the registry is being rebuilt after Redis lost its data")]
+    Rebuilding,
+    #[error("the press did not complete within its deadline")]
+    Deadline,
 }
 
 /// A served press.
@@ -53,29 +56,39 @@ pub struct SessionService {
     /// chosen inside the placement script.
     placement: Option<Arc<Selector>>,
     ttl: Duration,
+    /// Longest a press may take, all waits included: one node timeout,
+    /// a failover (its fence waits out other replicas' presses), a second
+    /// node timeout. A press is bounded by time, never by a count of rounds.
+    budget: Duration,
 }
 
-/// Longest a press waits for a clean of its node to finish (DESIGN §4.7).
-const FENCE_WAIT: Duration = Duration::from_secs(10);
+/// What happened to one attempt at a node.
+enum Attempt {
+    Served(i64),
+    /// The node was declared down while we waited for it.
+    Abandoned,
+    Failed(NodeCallError),
+}
 
 impl SessionService {
     pub fn new(
         store: SessionStore,
-        archive: Archive,
         admin: NodeAdmin,
         client: NodeClient,
         sweeper: Sweeper,
         placement: Option<Selector>,
         ttl: Duration,
+        node_timeout: Duration,
     ) -> Self {
         Self {
             store,
-            archive,
+            archive: admin.cleaner().archive().clone(),
             admin,
             client,
             sweeper,
             placement: placement.map(Arc::new),
             ttl,
+            budget: node_timeout * 3 + Duration::from_secs(2),
         }
     }
 
@@ -87,10 +100,16 @@ impl SessionService {
     /// and one forward; everything else is the rare path.
     pub async fn press(&self, id: &SessionId) -> Result<Pressed, PressError> {
         let id = id.as_str();
+        let deadline = Instant::now() + self.budget;
+        // The clean epoch is read before the mapping: a clean of the node
+        // that ends after this point makes us read the mapping again.
         let mut epoch = self.table().epoch();
         let mut mapping = self.store.lookup(id).await?;
         let mut failed: Option<(String, NodeCallError)> = None;
-        for _ in 0..MAX_ROUNDS {
+        loop {
+            if Instant::now() >= deadline {
+                return Err(PressError::Deadline);
+            }
             let current = match mapping.take() {
                 Some(m) => m,
                 None => self.place(id, None).await?,
@@ -98,66 +117,122 @@ impl SessionService {
             if current.expires_at_ms <= now_ms() {
                 // Never serve an expired session (DESIGN §4.3): archive it
                 // (with its node's other expired sessions) and start anew.
-                match self.sweeper.sweep_node(&current.node, id, now_ms()).await {
-                    Ok(()) => {}
-                    // The node is gone: it fails like a press would, and the
-                    // session restores elsewhere from its last archive.
-                    Err(CleanError::Node { source, .. }) if source.is_unreachable() => {
-                        if let Some(entry) = self.table().get(&current.node) {
-                            self.admin.mark_down(&entry).await;
-                        }
-                    }
-                    Err(error) => return Err(error.into()),
-                }
+                self.sweeper
+                    .sweep_node(&current.node, id, now_ms())
+                    .await
+                    .map_err(expire_error)?;
+                epoch = self.table().epoch();
                 mapping = self.store.lookup(id).await?;
                 continue;
             }
             let entry = match self.entry(&current.node).await? {
                 Some(entry) if entry.serves_presses() => entry,
-                // Removed or down: move the session (DESIGN §4.5, §4.8).
-                _ => {
+                // Failed: the session moves, but only under the node's fence
+                // (DESIGN §4.10); then it is placed anew.
+                Some(entry) => {
+                    self.fail_over(&entry, id, deadline).await?;
+                    epoch = self.table().epoch();
+                    mapping = self.store.lookup(id).await?;
+                    continue;
+                }
+                // Removed: nobody presses it any more; drop the mapping.
+                None => {
                     mapping = Some(self.place(id, Some(&current.node)).await?);
                     continue;
                 }
             };
             let in_flight = entry.start_request();
-            let Some(gate) = entry.enter(FENCE_WAIT).await else {
+            let Some(gate) = entry.enter(deadline - Instant::now()).await else {
                 return Err(PressError::Fenced(entry.address.clone()));
             };
-            if entry.cleaned_since(epoch) {
-                // The node was cleaned after we read the mapping: read it
-                // again (it may have moved, or have a new base).
-                drop((gate, in_flight));
+            // While we hold the gate no clean of this node can start on any
+            // replica (its fence waits for us), so a mapping read now holds
+            // until the press is answered.
+            let current = if entry.cleaned_since(epoch) {
                 epoch = self.table().epoch();
-                mapping = self.store.lookup(id).await?;
-                continue;
-            }
-            let result = self.client.press(&entry, id).await;
-            drop((gate, in_flight));
-            match result {
-                Ok(count) => {
+                match self.store.lookup(id).await? {
+                    Some(m) if m.node == entry.address && m.expires_at_ms > now_ms() => m,
+                    other => {
+                        mapping = other;
+                        continue;
+                    }
+                }
+            } else {
+                current
+            };
+            match self.attempt(&entry, id).await {
+                Attempt::Served(count) => {
+                    drop((gate, in_flight));
                     return Ok(Pressed {
                         clicks: count + current.base,
                         node: entry,
-                    })
+                    });
                 }
-                Err(error) => {
+                Attempt::Abandoned => {
+                    debug!(node = %entry.address, session = %id, "press abandoned: node declared down");
+                }
+                Attempt::Failed(error) => {
                     warn!(node = %entry.address, session = %id, %error, "press failed; node marked down");
+                    // Recorded while we still hold the gate: a clean waiting
+                    // for it then sees the node down and never asks it to
+                    // archive counts that may include this press.
                     self.admin.mark_down(&entry).await;
                     if let Some((node, source)) = failed {
                         return Err(PressError::NodeFailed { node, source });
                     }
                     failed = Some((entry.address.clone(), error));
                     metrics::counter!("nodes_control_failovers_total").increment(1);
-                    // Retry once on a newly placed node.
-                    mapping = Some(self.place(id, Some(&entry.address)).await?);
                 }
             }
+            drop((gate, in_flight));
+            self.fail_over(&entry, id, deadline).await?;
+            epoch = self.table().epoch();
+            mapping = self.store.lookup(id).await?;
         }
-        Err(match failed {
-            Some((node, source)) => PressError::NodeFailed { node, source },
-            None => PressError::NoNode,
-        })
+    }
+
+    /// Forwards the press, giving up as soon as the node is declared down
+    /// (by us or another replica): it will be wiped, its answer is moot.
+    async fn attempt(&self, entry: &NodeEntry, id: &str) -> Attempt {
+        let down = entry.declared_down();
+        if !entry.serves_presses() {
+            return Attempt::Abandoned;
+        }
+        tokio::select! {
+            result = self.client.press(entry, id) => match result {
+                Ok(count) => Attempt::Served(count),
+                Err(error) => Attempt::Failed(error),
+            },
+            _ = down => Attempt::Abandoned,
+        }
+    }
+
+    /// Makes sure the session no longer lives on a failed node: the first
+    /// press of this replica to get here runs the failover (fence, revoke,
+    /// unmap), the others find their session moved already.
+    async fn fail_over(
+        &self,
+        entry: &NodeEntry,
+        id: &str,
+        deadline: Instant,
+    ) -> Result<(), PressError> {
+        let Ok(_one_at_a_time) = tokio::time::timeout_at(deadline, entry.failover.lock()).await
+        else {
+            return Err(PressError::Deadline);
+        };
+        match self.store.lookup(id).await? {
+            Some(m) if m.node == entry.address => {}
+            _ => return Ok(()),
+        }
+        self.admin
+            .fail_over(&entry.address)
+            .await
+            .map(drop)
+            .map_err(|error| match error {
+                CleanError::Store(e) => PressError::Store(e),
+                CleanError::Archive(e) => PressError::Archive(e),
+                other => PressError::FailOver(other),
+            })
     }
 
     /// Places a session, restored from the archive: fold first (so the
@@ -173,16 +248,21 @@ impl SessionService {
             .as_ref()
             .and_then(|s| s.pick(id.as_bytes()))
             .map(|p| p.into_node());
-        let placement = self
+        match self
             .store
             .place(id, base, expires_at_ms, stale_node, preferred.as_deref())
             .await?
-            .ok_or(PressError::NoNode)?;
-        if placement.created {
-            metrics::counter!("nodes_control_sessions_placed_total").increment(1);
-            debug!(session = %id, node = %placement.mapping.node, base, "session placed");
+        {
+            Placed::Placed(placement) => {
+                if placement.created {
+                    metrics::counter!("nodes_control_sessions_placed_total").increment(1);
+                    debug!(session = %id, node = %placement.mapping.node, base, "session placed");
+                }
+                Ok(placement.mapping)
+            }
+            Placed::NoNode => Err(PressError::NoNode),
+            Placed::NotReady => Err(PressError::Rebuilding),
         }
-        Ok(placement.mapping)
     }
 
     /// The node's entry in this replica's view. The view is refreshed
@@ -195,5 +275,14 @@ impl SessionService {
         }
         self.admin.refresh().await?;
         Ok(self.table().get(address))
+    }
+}
+
+/// Outages keep their own codes; anything else is a failed clean.
+fn expire_error(error: CleanError) -> PressError {
+    match error {
+        CleanError::Store(e) => PressError::Store(e),
+        CleanError::Archive(e) => PressError::Archive(e),
+        other => PressError::Expire(other),
     }
 }

@@ -3,7 +3,11 @@
 //! (heartbeat in `replicas`) closes its local gate to the node and acks; the
 //! cleaner proceeds only when every live replica has acked.
 //!
-//! Keys: `fences` (hash node -> "seq:deadline_ms"), `fence_seq` (counter),
+//! Every raise, lower and ack is also published on `events`, so replicas
+//! and cleaners wake at once; the replicas' one-second poll is the fallback
+//! that a lost message cannot defeat.
+//!
+//! Keys: `fences` (hash node -> "seq:deadline_ms:reason"), `fence_seq` (counter),
 //! `fence_acks:{node}:{seq}` (set of replica ids), `replicas` (zset replica
 //! id -> last heartbeat ms), `journal:{node}` (the clean in progress, so a
 //! crashed cleaner's fold can be repeated).
@@ -18,6 +22,26 @@ use super::{Context, SessionStore, StoreResult};
 pub struct Fence {
     pub seq: u64,
     pub deadline_ms: i64,
+    pub reason: FenceReason,
+}
+
+/// Why a fence is up: replicas abort their presses in flight to a node
+/// that failed instead of letting them run into the timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FenceReason {
+    /// A clean (sweep, removal, recovery, rebuild): presses wait.
+    Clean,
+    /// The node failed: presses in flight there are abandoned and fail over.
+    Down,
+}
+
+impl FenceReason {
+    fn as_str(self) -> &'static str {
+        match self {
+            FenceReason::Clean => "clean",
+            FenceReason::Down => "down",
+        }
+    }
 }
 
 /// What a cleaner is about to do to a node, written before `/clean` and
@@ -25,6 +49,9 @@ pub struct Fence {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Journal {
     pub seq: u64,
+    /// The clean token the node was given (absent in journals of older versions).
+    #[serde(default)]
+    pub generation: Option<i64>,
     /// Sessions that leave the node (expired, or all of them on removal).
     /// The ones that stay are read from the node's set when folding.
     pub leaving: Vec<String>,
@@ -32,7 +59,12 @@ pub struct Journal {
 
 impl SessionStore {
     /// Raises a fence on a node; returns its sequence number.
-    pub async fn raise_fence(&self, address: &str, deadline_ms: i64) -> StoreResult<u64> {
+    pub async fn raise_fence(
+        &self,
+        address: &str,
+        deadline_ms: i64,
+        reason: FenceReason,
+    ) -> StoreResult<u64> {
         let mut conn = self.conn();
         let seq: u64 = conn
             .incr(self.key(&["fence_seq"]), 1)
@@ -42,10 +74,11 @@ impl SessionStore {
             .hset(
                 self.key(&["fences"]),
                 address,
-                format!("{seq}:{deadline_ms}"),
+                format!("{seq}:{deadline_ms}:{}", reason.as_str()),
             )
             .await
             .context("raising a fence in Redis")?;
+        self.publish_event("fence").await?;
         Ok(seq)
     }
 
@@ -64,7 +97,7 @@ impl SessionStore {
         .invoke_async::<i64>(&mut self.conn())
         .await
         .context("lowering a fence in Redis")?;
-        Ok(())
+        self.publish_event("lowered").await
     }
 
     /// Every raised fence: one `HGETALL`, polled by each replica.
@@ -77,12 +110,19 @@ impl SessionStore {
         Ok(raw
             .into_iter()
             .filter_map(|(node, value)| {
-                let (seq, deadline) = value.split_once(':')?;
+                let mut parts = value.split(':');
+                let seq = parts.next()?.parse().ok()?;
+                let deadline_ms = parts.next()?.parse().ok()?;
+                let reason = match parts.next() {
+                    Some("down") => FenceReason::Down,
+                    _ => FenceReason::Clean,
+                };
                 Some((
                     node,
                     Fence {
-                        seq: seq.parse().ok()?,
-                        deadline_ms: deadline.parse().ok()?,
+                        seq,
+                        deadline_ms,
+                        reason,
                     },
                 ))
             })
@@ -96,7 +136,8 @@ impl SessionStore {
             .expire(&key, 300)
             .query_async::<()>(&mut self.conn())
             .await
-            .context("acknowledging a fence in Redis")
+            .context("acknowledging a fence in Redis")?;
+        self.publish_event("ack").await
     }
 
     pub async fn fence_acks(&self, address: &str, seq: u64) -> StoreResult<Vec<String>> {

@@ -13,8 +13,10 @@
 //! | `P node:{addr}` | hash | `name`, `weight`, `state`, `sessions` |
 //! | `P node_sessions:{addr}` | set | ids of the sessions mapped to the node |
 //! | `P placeable` | zset | up nodes scored by active sessions (placement is `ZRANGE 0 0`) |
-//! | `P lock:{name}` | string | short admin locks (one operation per node at a time) |
+//! | `P lock:{name}` | string | short admin locks (one operation per node at a time), renewed while held |
 //! | `P fences`, `P fence_seq`, `P fence_acks:{addr}:{seq}`, `P replicas`, `P journal:{addr}` | | the clean fence, see [`fences`] |
+//! | `P events` | pub/sub channel | wakes replicas when a fence is raised, lowered or acknowledged |
+//! | `P registry` | string | the registry's epoch: written once the registry is complete; missing means Redis forgot it (DESIGN §4.12) |
 
 mod fences;
 mod nodes;
@@ -23,10 +25,11 @@ mod sessions;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::AsyncCommands;
 
-pub use fences::{Fence, Journal};
+pub use fences::{Fence, FenceReason, Journal};
 pub use nodes::{NodeRecord, NodeState};
-pub use sessions::Mapping;
+pub use sessions::{Mapping, Placed, Placement};
 
 #[derive(Debug, thiserror::Error)]
 #[error("{context}")]
@@ -53,6 +56,8 @@ impl<T> Context<T> for redis::RedisResult<T> {
 /// multiplexes one connection and reconnects by itself after an outage.
 #[derive(Clone)]
 pub struct SessionStore {
+    /// For the pub/sub connection, which cannot be multiplexed.
+    client: redis::Client,
     conn: ConnectionManager,
     prefix: std::sync::Arc<str>,
     scripts: std::sync::Arc<Scripts>,
@@ -76,9 +81,10 @@ impl SessionStore {
             .set_response_timeout(Some(Duration::from_secs(2)))
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client, config)
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
             .context("creating the Redis connection manager")?;
         Ok(Self {
+            client,
             conn,
             prefix: prefix.into(),
             scripts: std::sync::Arc::new(Scripts {
@@ -118,6 +124,45 @@ impl SessionStore {
 
     fn conn(&self) -> ConnectionManager {
         self.conn.clone()
+    }
+
+    /// Wakes every replica: a fence changed (see [`fences`]).
+    pub async fn publish_event(&self, event: &str) -> StoreResult<()> {
+        self.conn()
+            .publish::<_, _, ()>(self.key(&["events"]), event)
+            .await
+            .context("publishing a fence event in Redis")
+    }
+
+    /// A dedicated connection subscribed to the events channel.
+    pub async fn subscribe_events(&self) -> StoreResult<redis::aio::PubSub> {
+        let mut pubsub =
+            tokio::time::timeout(Duration::from_secs(2), self.client.get_async_pubsub())
+                .await
+                .map_err(|_| redis::RedisError::from((redis::ErrorKind::Io, "connect timed out")))
+                .context("opening the Redis pub/sub connection")?
+                .context("opening the Redis pub/sub connection")?;
+        pubsub
+            .subscribe(self.key(&["events"]))
+            .await
+            .context("subscribing to fence events in Redis")?;
+        Ok(pubsub)
+    }
+
+    /// The registry's epoch, if Redis has one (see the module docs).
+    pub async fn registry_epoch(&self) -> StoreResult<Option<String>> {
+        self.conn()
+            .get(self.key(&["registry"]))
+            .await
+            .context("reading the registry epoch from Redis")
+    }
+
+    /// Declares the registry complete (fresh, or rebuilt after amnesia).
+    pub async fn set_registry_epoch(&self, epoch: &str) -> StoreResult<()> {
+        self.conn()
+            .set::<_, _, ()>(self.key(&["registry"]), epoch)
+            .await
+            .context("writing the registry epoch to Redis")
     }
 }
 

@@ -57,23 +57,31 @@ pub struct NodeRecord {
 }
 
 impl SessionStore {
-    /// Registers a node; returns false if it was registered already.
-    pub async fn register_node(&self, node: &NodeRecord) -> StoreResult<bool> {
+    /// Registers a node; `Some(false)` if it was registered already, `None`
+    /// while the registry is being rebuilt (unless `rebuilding`: the rebuild
+    /// itself registers the nodes it restores).
+    pub async fn register_node(
+        &self,
+        node: &NodeRecord,
+        rebuilding: bool,
+    ) -> StoreResult<Option<bool>> {
         let added: i64 = self
             .scripts
             .register_node
             .key(self.key(&["node", &node.address]))
             .key(self.key(&["nodes"]))
             .key(self.key(&["placeable"]))
+            .key(self.key(&["registry"]))
             .arg(&node.address)
             .arg(&node.name)
             .arg(node.weight)
             .arg(node.state.as_str())
             .arg(now_ms())
+            .arg(if rebuilding { "1" } else { "0" })
             .invoke_async(&mut self.conn())
             .await
             .context("registering a node in Redis")?;
-        Ok(added == 1)
+        Ok((added >= 0).then_some(added == 1))
     }
 
     /// Moves a node to `state` if it is currently in one of `expected`
@@ -178,6 +186,20 @@ impl SessionStore {
             .await
             .context("taking a lock in Redis")?;
         Ok(taken.map(|_| token))
+    }
+
+    /// Extends a lock's life if it is still ours; false if it is not.
+    pub async fn renew_lock(&self, name: &str, token: &str, ttl_ms: u64) -> StoreResult<bool> {
+        let renewed: i64 = redis::Script::new(
+            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0",
+        )
+        .key(self.key(&["lock", name]))
+        .arg(token)
+        .arg(ttl_ms)
+        .invoke_async(&mut self.conn())
+        .await
+        .context("renewing a lock in Redis")?;
+        Ok(renewed == 1)
     }
 
     /// Releases a lock if it is still ours.

@@ -7,10 +7,18 @@
 -- The node is ARGV[6] when the caller's strategy chose one that is still up,
 -- else the up node with the fewest active sessions (PLACEMENT=least-sessions).
 --
+-- Nothing is placed while the registry epoch is missing: Redis forgot its
+-- data and the registry is being rebuilt (the nodes still hold live counts
+-- that must be archived first).
+--
 -- KEYS[1] session hash, KEYS[2] placeable zset (up nodes by active sessions),
--- KEYS[3] expiry zset.  ARGV: prefix, session id, base, expires_at_ms, stale
--- node, preferred node ('' for least sessions).
--- Returns {node, base, expires_at_ms, created(0|1)} or false when no node is up.
+-- KEYS[3] expiry zset, KEYS[4] registry epoch.  ARGV: prefix, session id,
+-- base, expires_at_ms, stale node, preferred node ('' for least sessions).
+-- Returns {node, base, expires_at_ms, created(0|1)}, false when no node is
+-- up, or {'', 0, 0, -1} while the registry is not complete.
+if redis.call('EXISTS', KEYS[4]) == 0 then
+  return {'', 0, 0, -1}
+end
 local prefix, id, base, exp, stale = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local cur = redis.call('HMGET', KEYS[1], 'node', 'base', 'exp')
 if cur[1] then

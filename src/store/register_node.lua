@@ -1,6 +1,13 @@
 -- Registers a node unless it is registered already (adding is idempotent).
--- KEYS[1] node hash, KEYS[2] nodes zset (by registration time), KEYS[3] placeable.
--- ARGV: address, name, weight, state, now_ms.  Returns 1 if added, 0 if known.
+-- Refused while the registry epoch is missing (Redis forgot its data and the
+-- registry is being rebuilt), unless ARGV[6] is '1' (the rebuild itself).
+-- KEYS[1] node hash, KEYS[2] nodes zset (by registration time), KEYS[3]
+-- placeable, KEYS[4] registry epoch.
+-- ARGV: address, name, weight, state, now_ms, force.
+-- Returns 1 if added, 0 if known, -1 while the registry is not complete.
+if ARGV[6] ~= '1' and redis.call('EXISTS', KEYS[4]) == 0 then
+  return -1
+end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return 0
 end

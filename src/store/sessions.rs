@@ -24,6 +24,17 @@ pub struct Placement {
     pub created: bool,
 }
 
+/// The outcome of [`SessionStore::place`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placed {
+    Placed(Placement),
+    /// No node is up.
+    NoNode,
+    /// The registry is being rebuilt after Redis forgot it: nothing may be
+    /// placed until every node's live counts are archived.
+    NotReady,
+}
+
 impl SessionStore {
     /// The hot path: one plain `HMGET`, one round trip, no script.
     pub async fn lookup(&self, session_id: &str) -> StoreResult<Option<Mapping>> {
@@ -51,13 +62,14 @@ impl SessionStore {
         expires_at_ms: i64,
         stale_node: Option<&str>,
         preferred_node: Option<&str>,
-    ) -> StoreResult<Option<Placement>> {
+    ) -> StoreResult<Placed> {
         let reply: Option<(String, i64, i64, i64)> = self
             .scripts
             .place
             .key(self.key(&["session", session_id]))
             .key(self.key(&["placeable"]))
             .key(self.key(&["expiry"]))
+            .key(self.key(&["registry"]))
             .arg(self.prefix.as_ref())
             .arg(session_id)
             .arg(base)
@@ -67,14 +79,18 @@ impl SessionStore {
             .invoke_async(&mut self.conn())
             .await
             .context("placing a session in Redis")?;
-        Ok(reply.map(|(node, base, exp, created)| Placement {
-            mapping: Mapping {
-                node,
-                base,
-                expires_at_ms: exp,
-            },
-            created: created == 1,
-        }))
+        Ok(match reply {
+            None => Placed::NoNode,
+            Some((_, _, _, -1)) => Placed::NotReady,
+            Some((node, base, exp, created)) => Placed::Placed(Placement {
+                mapping: Mapping {
+                    node,
+                    base,
+                    expires_at_ms: exp,
+                },
+                created: created == 1,
+            }),
+        })
     }
 
     /// Drops every session still mapped to `address`. Returns their ids.

@@ -37,7 +37,12 @@ pub async fn ensure_database() {
     DATABASE
         .get_or_init(|| async {
             let url = database_url();
-            let archive = nodes_control::archive::Archive::connect_lazy(&url).unwrap();
+            let archive = nodes_control::archive::Archive::connect_lazy(
+                &url,
+                "tests",
+                Duration::from_secs(5),
+            )
+            .unwrap();
             // Creates the database if it is missing, like the balancer does.
             archive
                 .migrate(&url)

@@ -31,6 +31,11 @@ pub struct Config {
     /// always clean every session.
     #[arg(long, env = "CLEAN_ALL", default_value_t = false)]
     pub clean_all: bool,
+    /// Longest wait for Postgres when `/clean` archives; past it the clean
+    /// answers 503 and forgets nothing. Keep it below the balancer's
+    /// `NODE_TIMEOUT_MS`, so a slow archive is not taken for a dead node.
+    #[arg(long, env = "ARCHIVE_TIMEOUT_MS", default_value_t = 2000)]
+    pub archive_timeout_ms: u64,
 }
 
 impl Config {
@@ -44,6 +49,7 @@ impl Config {
             min_delay_ms: 0,
             max_delay_ms: 0,
             clean_all: false,
+            archive_timeout_ms: 1000,
         }
     }
 }

@@ -10,6 +10,8 @@ pub enum NodeError {
     BadRequest(String),
     #[error("writing the archive to Postgres")]
     Archive(#[source] sqlx::Error),
+    #[error("the archive did not answer in time")]
+    ArchiveTimeout,
 }
 
 impl IntoResponse for NodeError {
@@ -22,6 +24,14 @@ impl IntoResponse for NodeError {
                     StatusCode::SERVICE_UNAVAILABLE,
                     "archive_unavailable",
                     "the archive is unavailable; nothing was cleaned".to_string(),
+                )
+            }
+            NodeError::ArchiveTimeout => {
+                tracing::error!("archive write timed out");
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "archive_unavailable",
+                    "the archive did not answer in time; nothing was cleaned".to_string(),
                 )
             }
         };

@@ -32,6 +32,11 @@ pub struct Node {
     min_delay_ms: u64,
     max_delay_ms: u64,
     clean_all: bool,
+    /// Longest wait for the archive write of a `/clean`.
+    archive_timeout: std::time::Duration,
+    /// Random id of this process: a restarted node reports a new one, so
+    /// the balancer can tell that its counts are gone.
+    instance: String,
 }
 
 impl Node {
@@ -41,7 +46,7 @@ impl Node {
     pub fn new(config: &Config) -> anyhow::Result<Arc<Self>> {
         let pool = PgPoolOptions::new()
             .max_connections(4)
-            .acquire_timeout(std::time::Duration::from_secs(3))
+            .acquire_timeout(std::time::Duration::from_millis(config.archive_timeout_ms))
             .connect_lazy(&config.database_url)?;
         Ok(Arc::new(Self {
             name: config.name.clone(),
@@ -50,11 +55,17 @@ impl Node {
             min_delay_ms: config.min_delay_ms.min(config.max_delay_ms),
             max_delay_ms: config.max_delay_ms,
             clean_all: config.clean_all,
+            archive_timeout: std::time::Duration::from_millis(config.archive_timeout_ms),
+            instance: uuid::Uuid::new_v4().to_string(),
         }))
     }
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    pub fn instance(&self) -> &str {
+        &self.instance
     }
 
     /// Number of sessions this node currently counts.

@@ -49,6 +49,8 @@ struct CleanBody {
     #[serde(default)]
     archive: bool,
     session_ids: Option<Vec<String>>,
+    /// The balancer's clean token, written into the archive rows.
+    generation: Option<i64>,
 }
 
 /// `/clean`: archive (optionally) then forget. The session map stays locked
@@ -59,6 +61,7 @@ async fn clean(State(node): State<Arc<Node>>, body: Bytes) -> Result<Response, N
         CleanBody {
             archive: false,
             session_ids: None,
+            generation: None,
         }
     } else {
         parse(&body)?
@@ -73,9 +76,17 @@ async fn clean(State(node): State<Arc<Node>>, body: Bytes) -> Result<Response, N
         None => sessions.iter().map(|(id, n)| (id.clone(), *n)).collect(),
     };
     if body.archive {
-        archive::upsert(&node.pool, &counts)
-            .await
-            .map_err(NodeError::Archive)?;
+        // Bounded: the session map is locked meanwhile, so a silent
+        // Postgres must not hold every press of this node.
+        match tokio::time::timeout(
+            node.archive_timeout,
+            archive::upsert(&node.pool, &counts, body.generation),
+        )
+        .await
+        {
+            Ok(result) => result.map_err(NodeError::Archive)?,
+            Err(_) => return Err(NodeError::ArchiveTimeout),
+        }
     }
     tracing::info!(node = %node.name, sessions = counts.len(), archive = body.archive, "cleaned");
     match selected {
@@ -119,7 +130,7 @@ async fn process(
 }
 
 async fn health(State(node): State<Arc<Node>>) -> Json<serde_json::Value> {
-    Json(json!({ "status": "ok", "name": node.name }))
+    Json(json!({ "status": "ok", "name": node.name, "instance": node.instance }))
 }
 
 fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, NodeError> {

@@ -1,0 +1,101 @@
+//! The durable copy of the membership (DESIGN §4.12): Redis holds the live
+//! registry, Postgres what survives Redis forgetting it. Written before
+//! Redis on every change that matters for a rebuild (add, remove, down, up).
+
+use super::{Archive, ArchiveResult};
+
+/// A node as Postgres remembers it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Member {
+    pub address: String,
+    pub name: String,
+    pub weight: i32,
+    /// `up`, `down` or `draining`.
+    pub state: String,
+    /// The instance id the node reported when it was last wiped, if any.
+    pub instance: Option<String>,
+    /// The token of the node's last wipe: its life.
+    pub generation: i64,
+}
+
+impl Archive {
+    pub async fn upsert_member(&self, member: &Member) -> ArchiveResult<()> {
+        self.run("recording a node in Postgres", async {
+            sqlx::query(
+                "INSERT INTO nodes (cluster, address, name, weight, state, instance, generation)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 ON CONFLICT (cluster, address) DO UPDATE SET name = EXCLUDED.name,
+                   weight = EXCLUDED.weight, state = EXCLUDED.state,
+                   instance = EXCLUDED.instance, generation = EXCLUDED.generation,
+                   updated_at = now()",
+            )
+            .bind(self.cluster())
+            .bind(&member.address)
+            .bind(&member.name)
+            .bind(member.weight)
+            .bind(&member.state)
+            .bind(&member.instance)
+            .bind(member.generation)
+            .execute(self.pool())
+            .await
+            .map(drop)
+        })
+        .await
+    }
+
+    pub async fn set_member_state(&self, address: &str, state: &str) -> ArchiveResult<()> {
+        self.run("recording a node's state in Postgres", async {
+            sqlx::query(
+                "UPDATE nodes SET state = $3, updated_at = now() WHERE cluster = $1 AND address = $2",
+            )
+            .bind(self.cluster())
+            .bind(address)
+            .bind(state)
+            .execute(self.pool())
+            .await
+            .map(drop)
+        })
+        .await
+    }
+
+    pub async fn set_member_weight(&self, address: &str, weight: u32) -> ArchiveResult<()> {
+        self.run("recording a node's weight in Postgres", async {
+            sqlx::query(
+                "UPDATE nodes SET weight = $3, updated_at = now() WHERE cluster = $1 AND address = $2",
+            )
+            .bind(self.cluster())
+            .bind(address)
+            .bind(weight as i32)
+            .execute(self.pool())
+            .await
+            .map(drop)
+        })
+        .await
+    }
+
+    pub async fn delete_member(&self, address: &str) -> ArchiveResult<()> {
+        self.run("forgetting a node in Postgres", async {
+            sqlx::query("DELETE FROM nodes WHERE cluster = $1 AND address = $2")
+                .bind(self.cluster())
+                .bind(address)
+                .execute(self.pool())
+                .await
+                .map(drop)
+        })
+        .await
+    }
+
+    /// Every node of this cluster, in address order.
+    pub async fn members(&self) -> ArchiveResult<Vec<Member>> {
+        self.run("listing nodes in Postgres", async {
+            sqlx::query_as(
+                "SELECT address, name, weight, state, instance, generation
+                 FROM nodes WHERE cluster = $1 ORDER BY address",
+            )
+            .bind(self.cluster())
+            .fetch_all(self.pool())
+            .await
+        })
+        .await
+    }
+}

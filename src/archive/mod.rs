@@ -1,0 +1,224 @@
+//! `Archive`: the balancer's side of Postgres. Nodes write `clicks` into
+//! `session_archive`; the balancer only ever *folds* them into `base_clicks`
+//! (DESIGN §4.6), issues and revokes the clean tokens that fence superseded
+//! writes ([`tokens`]), and keeps the durable copy of the membership
+//! ([`members`]).
+//!
+//! Every query runs under a deadline, and a Postgres that timed out is not
+//! asked again for a moment ([`breaker`]): a silent partition costs a press
+//! one fast 503, not seconds of waiting.
+
+mod breaker;
+pub mod members;
+pub mod tokens;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::{PgPool, PgPoolOptions};
+
+use breaker::Breaker;
+pub use members::Member;
+
+/// Why a Postgres call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveFailure {
+    #[error(transparent)]
+    Sql(#[from] sqlx::Error),
+    #[error("Postgres did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("Postgres failed a moment ago; not asked again yet")]
+    Open,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{context}")]
+pub struct ArchiveError {
+    pub context: &'static str,
+    #[source]
+    pub source: ArchiveFailure,
+}
+
+pub type ArchiveResult<T> = Result<T, ArchiveError>;
+
+/// The fold (DESIGN §4.6) as one `SET` clause: what a revoked token wrote is
+/// dropped instead of added (DESIGN §4.10), and the row forgets its token.
+const FOLD_SET: &str = "SET base_clicks = a.base_clicks + CASE
+        WHEN a.generation IS NOT NULL AND EXISTS (
+            SELECT 1 FROM clean_tokens t WHERE t.generation = a.generation AND t.revoked)
+        THEN 0 ELSE a.clicks END,
+    clicks = 0, generation = NULL";
+
+/// Handle on Postgres. Cheap to clone (a pool and two `Arc`s).
+#[derive(Clone)]
+pub struct Archive {
+    pool: PgPool,
+    /// The cluster this balancer belongs to (its Redis key prefix): tokens
+    /// and members are kept per cluster, so clusters can share a database.
+    cluster: Arc<str>,
+    timeout: Duration,
+    breaker: Arc<Breaker>,
+}
+
+impl Archive {
+    /// A lazy pool: the balancer starts while Postgres is down, and every
+    /// query fails within `timeout` (503) instead of hanging.
+    pub fn connect_lazy(
+        database_url: &str,
+        cluster: &str,
+        timeout: Duration,
+    ) -> ArchiveResult<Self> {
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .acquire_timeout(timeout)
+            .connect_lazy(database_url)
+            .map_err(|e| ArchiveError {
+                context: "parsing DATABASE_URL",
+                source: e.into(),
+            })?;
+        Ok(Self {
+            pool,
+            cluster: cluster.into(),
+            timeout,
+            breaker: Arc::default(),
+        })
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
+    /// Runs one Postgres call under the deadline and the breaker.
+    async fn run<T>(
+        &self,
+        context: &'static str,
+        call: impl Future<Output = Result<T, sqlx::Error>>,
+    ) -> ArchiveResult<T> {
+        let fail = |source| ArchiveError { context, source };
+        if self.breaker.is_open() {
+            return Err(fail(ArchiveFailure::Open));
+        }
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => {
+                if is_connection_error(&error) {
+                    self.breaker.trip();
+                }
+                Err(fail(error.into()))
+            }
+            Err(_) => {
+                self.breaker.trip();
+                Err(fail(ArchiveFailure::Timeout(self.timeout)))
+            }
+        }
+    }
+
+    /// Creates the database if it does not exist (like `sqlx database
+    /// create`), then applies `migrations/` (the folder `sqlx migrate run` uses).
+    pub async fn migrate(&self, database_url: &str) -> Result<(), sqlx::migrate::MigrateError> {
+        use sqlx::migrate::MigrateDatabase;
+        if !sqlx::Postgres::database_exists(database_url)
+            .await
+            .unwrap_or(true)
+        {
+            if let Err(error) = sqlx::Postgres::create_database(database_url).await {
+                tracing::warn!(%error, "could not create the database; migrations will say why");
+            }
+        }
+        sqlx::migrate!("./migrations").run(&self.pool).await
+    }
+
+    pub async fn ping(&self) -> ArchiveResult<()> {
+        self.run("pinging Postgres", async {
+            sqlx::query("SELECT 1").execute(&self.pool).await.map(drop)
+        })
+        .await
+    }
+
+    /// The fold: moves `clicks` into `base_clicks` for these sessions and
+    /// returns each one's total. The total is unchanged (unless a revoked
+    /// token wrote the clicks) and a repeated fold is a no-op, so it is safe
+    /// to retry after a crash. Sessions with no archive row are absent from
+    /// the result (their total is 0).
+    pub async fn fold(&self, session_ids: &[String]) -> ArchiveResult<HashMap<String, i64>> {
+        if session_ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let sql = format!(
+            "UPDATE session_archive a {FOLD_SET} WHERE a.session_id = ANY($1)
+             RETURNING a.session_id, a.base_clicks"
+        );
+        let rows: Vec<(String, i32)> = self
+            .run("folding archived clicks in Postgres", async {
+                sqlx::query_as(&sql)
+                    .bind(session_ids)
+                    .fetch_all(&self.pool)
+                    .await
+            })
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, base)| (id, i64::from(base)))
+            .collect())
+    }
+
+    /// Folds everything written under one clean token (a node that carried
+    /// it archived sessions we may not know by name, as after Redis forgot).
+    pub async fn fold_generation(&self, generation: i64) -> ArchiveResult<u64> {
+        let sql = format!("UPDATE session_archive a {FOLD_SET} WHERE a.generation = $1");
+        self.run("folding a clean's archive in Postgres", async {
+            sqlx::query(&sql)
+                .bind(generation)
+                .execute(&self.pool)
+                .await
+                .map(|r| r.rows_affected())
+        })
+        .await
+    }
+
+    /// Folds one session and returns its archived total (0 if never archived).
+    pub async fn fold_one(&self, session_id: &str) -> ArchiveResult<i64> {
+        let sql = format!(
+            "UPDATE session_archive a {FOLD_SET} WHERE a.session_id = $1 RETURNING a.base_clicks"
+        );
+        let base: Option<i32> = self
+            .run("folding a session's archived clicks in Postgres", async {
+                sqlx::query_scalar(&sql)
+                    .bind(session_id)
+                    .fetch_optional(&self.pool)
+                    .await
+            })
+            .await?;
+        Ok(base.map(i64::from).unwrap_or(0))
+    }
+
+    /// A session's archived total, `clicks + base_clicks`, if it has a row.
+    pub async fn total(&self, session_id: &str) -> ArchiveResult<Option<i64>> {
+        self.run("reading a session's archived total from Postgres", async {
+            sqlx::query_scalar(
+                "SELECT (clicks + base_clicks)::BIGINT FROM session_archive WHERE session_id = $1",
+            )
+            .bind(session_id)
+            .fetch_optional(&self.pool)
+            .await
+        })
+        .await
+    }
+}
+
+/// Errors that say Postgres is unreachable rather than that a query was wrong.
+fn is_connection_error(error: &sqlx::Error) -> bool {
+    matches!(
+        error,
+        sqlx::Error::Io(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Tls(_)
+    )
+}

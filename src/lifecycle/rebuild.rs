@@ -1,0 +1,185 @@
+//! Redis may forget; clicks are not lost (DESIGN §4.12).
+//!
+//! The registry carries an epoch key, written once the registry is complete.
+//! Every replica checks it each second. Missing while Postgres remembers
+//! nodes of this cluster means Redis lost its data (restarted without
+//! persistence): the mappings are gone, but the nodes still hold the live
+//! counts. One replica (under a lock) then rebuilds: each node that was up
+//! archives everything it holds with a fresh token, which is folded at once,
+//! and only then is it registered again; a node that was down is wiped.
+//! Until the epoch is back nothing is placed (the placement script checks
+//! it) and `/readyz` answers 503; every session's next press then restores
+//! it from the archive, at its exact count.
+
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use super::cleaner::{CleanError, NodeCleaner};
+use super::fence::HEARTBEAT;
+use super::lock::{detached, with_lock, with_node_lock, LOCK_WAIT};
+use crate::archive::{Archive, Member};
+use crate::store::{NodeRecord, NodeState, SessionStore};
+
+/// Where the registry stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Registry {
+    Ready,
+    /// Redis forgot its data and the registry is being rebuilt.
+    Rebuilding,
+}
+
+#[derive(Clone)]
+pub struct Rebuilder {
+    store: SessionStore,
+    archive: Archive,
+    cleaner: NodeCleaner,
+}
+
+impl Rebuilder {
+    pub fn new(cleaner: NodeCleaner) -> Self {
+        Self {
+            store: cleaner.store().clone(),
+            archive: cleaner.archive().clone(),
+            cleaner,
+        }
+    }
+
+    /// At start-up, before this replica follows fences: a fresh cluster
+    /// gets its epoch; a registry to rebuild is left to [`run`](Self::run).
+    pub async fn start_if_fresh(&self) -> Result<Registry, CleanError> {
+        if self.store.registry_epoch().await?.is_some() {
+            return Ok(Registry::Ready);
+        }
+        if self.archive.members().await?.is_empty() {
+            return self.start_fresh().await;
+        }
+        Ok(Registry::Rebuilding)
+    }
+
+    /// One check: ready if the epoch is there; else this replica rebuilds
+    /// (or finds another one doing it).
+    pub async fn check_once(&self) -> Result<Registry, CleanError> {
+        if self.store.registry_epoch().await?.is_some() {
+            return Ok(Registry::Ready);
+        }
+        let this = self.clone();
+        detached(
+            async move {
+                let store = this.store.clone();
+                let busy = || CleanError::Busy {
+                    node: "registry".into(),
+                };
+                match with_lock(&store, "registry", Duration::ZERO, busy, this.rebuild()).await {
+                    Err(CleanError::Busy { .. }) => Ok(Registry::Rebuilding),
+                    other => other,
+                }
+            },
+            CleanError::Task,
+        )
+        .await
+    }
+
+    async fn rebuild(&self) -> Result<Registry, CleanError> {
+        if self.store.registry_epoch().await?.is_some() {
+            return Ok(Registry::Ready); // another replica finished meanwhile
+        }
+        let members = self.archive.members().await?;
+        if members.is_empty() {
+            return self.start_fresh().await;
+        }
+        warn!(
+            nodes = members.len(),
+            "Redis lost the registry; archiving every node's live counts before serving again"
+        );
+        metrics::counter!("nodes_control_registry_rebuilds_total").increment(1);
+        // Replicas re-register within a heartbeat: wait for them, so the
+        // fences below reach every replica that may still press a node.
+        tokio::time::sleep(HEARTBEAT * 2).await;
+        let restores = members.iter().map(|member| self.restore(member));
+        let restored = futures::future::join_all(restores).await;
+        let mut up = 0;
+        for (member, result) in members.iter().zip(restored) {
+            match result {
+                Ok(true) => up += 1,
+                Ok(false) => {}
+                Err(error) => {
+                    // Leave the epoch missing: the next check tries again.
+                    warn!(node = %member.address, %error, "could not restore a node; the rebuild will be retried");
+                    return Err(error);
+                }
+            }
+        }
+        self.store
+            .set_registry_epoch(&uuid::Uuid::new_v4().to_string())
+            .await?;
+        info!(
+            nodes = members.len(),
+            up, "registry rebuilt from Postgres; serving again"
+        );
+        Ok(Registry::Ready)
+    }
+
+    /// A cluster Postgres has never seen: remember what Redis holds (a
+    /// registry of an earlier version), then declare the registry complete.
+    async fn start_fresh(&self) -> Result<Registry, CleanError> {
+        for record in self.store.list_nodes().await? {
+            self.archive
+                .upsert_member(&Member {
+                    address: record.address.clone(),
+                    name: record.name.clone(),
+                    weight: record.weight as i32,
+                    state: record.state.as_str().to_owned(),
+                    instance: None,
+                    generation: 0,
+                })
+                .await?;
+        }
+        self.store
+            .set_registry_epoch(&uuid::Uuid::new_v4().to_string())
+            .await?;
+        info!("registry epoch written");
+        Ok(Registry::Ready)
+    }
+
+    /// Archives (or, if it was down, wipes) one node under its lock and
+    /// fence, then registers it: up if it answered, else down (the health
+    /// checks bring it back, wiped). Returns whether it is up.
+    async fn restore(&self, member: &Member) -> Result<bool, CleanError> {
+        let addr = member.address.clone();
+        let busy = || CleanError::Busy { node: addr.clone() };
+        with_node_lock(&self.store, &addr, LOCK_WAIT, busy, async {
+            let answered = self
+                .cleaner
+                .archive_all(&addr, member.state != NodeState::Down.as_str())
+                .await?;
+            let state = if answered {
+                NodeState::Up
+            } else {
+                NodeState::Down
+            };
+            self.archive.set_member_state(&addr, state.as_str()).await?;
+            let record = NodeRecord {
+                address: addr.clone(),
+                name: member.name.clone(),
+                weight: member.weight.max(1) as u32,
+                state,
+                active_sessions: 0,
+            };
+            self.store.register_node(&record, true).await?;
+            self.cleaner.table().upsert(&record);
+            Ok(answered)
+        })
+        .await
+    }
+
+    /// Checks every second until cancelled.
+    pub async fn run(self, cancel: tokio_util::sync::CancellationToken) {
+        crate::periodic::every(HEARTBEAT, cancel, || async {
+            if let Err(error) = self.check_once().await {
+                warn!(%error, "registry check failed");
+            }
+        })
+        .await
+    }
+}
