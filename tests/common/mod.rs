@@ -3,7 +3,9 @@
 //! run in parallel against the same servers without seeing each other.
 #![allow(dead_code)]
 
+pub mod checker;
 pub mod node;
+pub mod process;
 pub mod proxy;
 pub mod workload;
 

@@ -11,6 +11,9 @@ use tokio_util::sync::CancellationToken;
 pub struct TcpProxy {
     pub addr: SocketAddr,
     open: Arc<AtomicBool>,
+    /// When set, bytes are no longer forwarded and nothing is closed: a
+    /// silent partition, as a dropped route or a stuck firewall makes it.
+    blackholed: Arc<AtomicBool>,
     connections: Arc<Mutex<CancellationToken>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -20,24 +23,27 @@ impl TcpProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let open = Arc::new(AtomicBool::new(true));
+        let blackholed = Arc::new(AtomicBool::new(false));
         let connections = Arc::new(Mutex::new(CancellationToken::new()));
         let task = tokio::spawn({
             let open = open.clone();
+            let blackholed = blackholed.clone();
             let connections = connections.clone();
             async move {
-                while let Ok((mut inbound, _)) = listener.accept().await {
+                while let Ok((inbound, _)) = listener.accept().await {
                     if !open.load(Ordering::SeqCst) {
                         drop(inbound);
                         continue;
                     }
                     let cancel = connections.lock().unwrap().clone();
+                    let blackholed = blackholed.clone();
                     tokio::spawn(async move {
-                        let Ok(mut outbound) = TcpStream::connect(target).await else {
+                        let Ok(outbound) = TcpStream::connect(target).await else {
                             return;
                         };
                         tokio::select! {
                             _ = cancel.cancelled() => {}
-                            _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                            _ = pipe(inbound, outbound, blackholed) => {}
                         }
                     });
                 }
@@ -46,6 +52,7 @@ impl TcpProxy {
         Self {
             addr,
             open,
+            blackholed,
             connections,
             task,
         }
@@ -61,6 +68,13 @@ impl TcpProxy {
 
     pub fn restore(&self) {
         self.open.store(true, Ordering::SeqCst);
+        self.blackholed.store(false, Ordering::SeqCst);
+    }
+
+    /// Stops forwarding without closing anything: connections (old and
+    /// new) stay open and silent until [`restore`](Self::restore).
+    pub fn blackhole(&self) {
+        self.blackholed.store(true, Ordering::SeqCst);
     }
 }
 
@@ -68,5 +82,39 @@ impl Drop for TcpProxy {
     fn drop(&mut self) {
         self.cut();
         self.task.abort();
+    }
+}
+
+/// Copies both ways; while `blackholed`, nothing moves (bytes wait, as TCP
+/// retransmits would, and flow again once the partition heals).
+async fn pipe(inbound: TcpStream, outbound: TcpStream, blackholed: Arc<AtomicBool>) {
+    let (mut in_read, mut in_write) = inbound.into_split();
+    let (mut out_read, mut out_write) = outbound.into_split();
+    let up = copy_unless(&mut in_read, &mut out_write, blackholed.clone());
+    let down = copy_unless(&mut out_read, &mut in_write, blackholed);
+    tokio::select! {
+        _ = up => {}
+        _ = down => {}
+    }
+}
+
+async fn copy_unless(
+    from: &mut (impl tokio::io::AsyncRead + Unpin),
+    to: &mut (impl tokio::io::AsyncWrite + Unpin),
+    blackholed: Arc<AtomicBool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buffer = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        while blackholed.load(Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        if to.write_all(&buffer[..n]).await.is_err() {
+            return;
+        }
     }
 }

@@ -1,0 +1,193 @@
+//! Real processes a fault test can kill, stop and restart: the reference
+//! `click-node` binary and a `redis-server` of the test's own.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A free port on loopback (bound and released; good enough for tests).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `target/<profile>/click-node`, which `cargo test --workspace` builds
+/// (the click-node package has integration tests, so its binary is built).
+fn click_node_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap();
+    let binary = dir.join("click-node");
+    assert!(
+        binary.exists(),
+        "{} is missing: run `cargo build -p click-node` (cargo test --workspace builds it)",
+        binary.display()
+    );
+    binary
+}
+
+fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -{signal} {pid} failed");
+}
+
+/// A `click-node` process.
+pub struct NodeProcess {
+    pub name: String,
+    pub port: u16,
+    pub address: String,
+    database_url: String,
+    child: Option<Child>,
+}
+
+impl NodeProcess {
+    pub fn start(name: &str, database_url: &str) -> Self {
+        let port = free_port();
+        let mut node = Self {
+            name: name.to_owned(),
+            port,
+            address: format!("http://127.0.0.1:{port}"),
+            database_url: database_url.to_owned(),
+            child: None,
+        };
+        node.spawn();
+        node
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new(click_node_binary())
+            .args(["--host", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["--name", &self.name, "--database-url", &self.database_url])
+            .args(["--min-delay-ms", "0", "--max-delay-ms", "0"])
+            .args(["--archive-timeout-ms", "1000"])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("click-node starts");
+        self.child = Some(child);
+        wait_for_port(self.port);
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().expect("node is running").id()
+    }
+
+    /// kill -9: the process and its counts are gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            signal(child.id(), "KILL");
+            let _ = child.wait();
+        }
+    }
+
+    /// A fresh process on the same port (empty counts).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// SIGSTOP: the node hangs, its sockets stay open.
+    pub fn pause(&self) {
+        signal(self.pid(), "STOP");
+    }
+
+    /// SIGCONT: it wakes and works through what queued meanwhile.
+    pub fn resume(&self) {
+        signal(self.pid(), "CONT");
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill")
+                .args(["-CONT", &child.id().to_string()])
+                .status();
+        }
+        self.kill();
+    }
+}
+
+/// A `redis-server` of the test's own, without or with AOF persistence.
+pub struct RedisProcess {
+    pub port: u16,
+    dir: PathBuf,
+    aof: bool,
+    child: Option<Child>,
+}
+
+impl RedisProcess {
+    pub fn start(aof: bool) -> Self {
+        let dir = std::env::temp_dir().join(format!("nc-redis-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut redis = Self {
+            port: free_port(),
+            dir,
+            aof,
+            child: None,
+        };
+        redis.spawn();
+        redis
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn spawn(&mut self) {
+        let mut command = Command::new("redis-server");
+        command
+            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["--save", "", "--dir", self.dir.to_str().unwrap()]);
+        if self.aof {
+            command.args(["--appendonly", "yes", "--appendfsync", "always"]);
+        } else {
+            command.args(["--appendonly", "no"]);
+        }
+        let child = command
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts (is it installed?)");
+        self.child = Some(child);
+        wait_for_port(self.port);
+    }
+
+    /// kill -9, then start again on the same port and data directory: empty
+    /// without AOF, with everything it had acknowledged with it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            signal(child.id(), "KILL");
+            let _ = child.wait();
+        }
+    }
+
+    pub fn start_again(&mut self) {
+        self.spawn();
+    }
+}
+
+impl Drop for RedisProcess {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn wait_for_port(port: u16) {
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    panic!("nothing listens on port {port}");
+}

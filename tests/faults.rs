@@ -1,0 +1,531 @@
+//! The fault suite (DESIGN §4.5, §4.10-4.13): real `click-node` processes
+//! and a real Redis are killed, stopped and restarted under load; Postgres is
+//! cut or silently blackholed through a proxy; clients hang up mid-clean.
+//! The checker ([`common::checker`]) knows every session's true count and
+//! judges every answer. Each scenario prints a `FIGURES` line (run with
+//! `--nocapture` to see them; the README quotes them).
+//!
+//! Must hold everywhere: no answer and no final count above the truth.
+//! Without a fault: no repeat, no gap, no error. With one: the clicks lost
+//! are at most those the faulty part held, and sessions on healthy nodes
+//! keep being served every second.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::checker::{self, Report};
+use common::process::{NodeProcess, RedisProcess};
+use common::{database_url, spawn_app_with, unique, TcpProxy, TestApp};
+use nodes_control::Config;
+
+/// A balancer (or two sharing state) over three `click-node` processes.
+struct Cluster {
+    apps: Vec<Arc<TestApp>>,
+    nodes: Vec<NodeProcess>,
+}
+
+impl Cluster {
+    async fn start(config: Config, replicas: usize, node_database_url: &str) -> Self {
+        let first = Arc::new(spawn_app_with(config.clone()).await);
+        let mut nodes = Vec::new();
+        for i in 1..=3 {
+            let node = NodeProcess::start(&format!("n{i}"), node_database_url);
+            first.add_node(&node.address, &node.name).await;
+            nodes.push(node);
+        }
+        let mut apps = vec![first];
+        for _ in 1..replicas {
+            apps.push(Arc::new(spawn_app_with(config.clone()).await));
+        }
+        Self { apps, nodes }
+    }
+
+    fn urls(&self) -> Vec<String> {
+        self.apps.iter().map(|a| a.address.clone()).collect()
+    }
+}
+
+/// TTL `ttl` s, sweeps every second, node timeout 2 s.
+fn config(ttl: u64) -> Config {
+    let mut config = common::short_lived_config(ttl);
+    config.node_timeout_ms = 2000;
+    config
+}
+
+fn sessions(tag: &str, n: usize) -> Vec<String> {
+    let tag = unique(tag);
+    (0..n).map(|i| format!("{tag}-{i}")).collect()
+}
+
+/// What must hold in every scenario.
+fn assert_never_above_truth(report: &Report) {
+    assert!(
+        report.above_truth.is_empty(),
+        "{} answers above the truth, first: {:?}",
+        report.above_truth.len(),
+        report.above_truth.first()
+    );
+}
+
+/// What must hold without a fault: exact counts, no error at all.
+fn assert_exact(report: &Report, finals: &std::collections::HashMap<String, (i64, i64)>) {
+    assert_never_above_truth(report);
+    assert_eq!(
+        report.errors.len(),
+        0,
+        "errors without a fault: {:?}",
+        report.errors
+    );
+    assert_eq!(
+        (report.repeats, report.gaps),
+        (0, 0),
+        "repeats, gaps without a fault"
+    );
+    assert_eq!(report.lost, 0, "clicks lost without a fault");
+    assert!(report.loss_beyond(None, finals).is_empty());
+    assert_steady(report, None);
+}
+
+/// Sessions not on `faulty` were served every whole second: no second with
+/// fewer than half the median answers.
+fn assert_steady(report: &Report, faulty: Option<&str>) {
+    let (worst, median) = report.worst_second(faulty);
+    assert!(
+        worst * 2 >= median,
+        "a second with {worst} answers against a median of {median}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn baseline_counts_are_exact_through_expiries() {
+    let cluster = Cluster::start(config(2), 1, &database_url()).await;
+    let (report, finals) = checker::run(
+        &cluster.urls(),
+        &sessions("base", 100),
+        16,
+        Duration::from_secs(8),
+    )
+    .await;
+    println!("{}", report.summary("baseline", None));
+    assert!(report.ok > 500, "too few presses to judge: {}", report.ok);
+    assert_exact(&report, &finals);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_are_exact_when_a_node_is_removed_and_added_again() {
+    let cluster = Cluster::start(config(3), 1, &database_url()).await;
+    let app = cluster.apps[0].clone();
+    let n2 = cluster.nodes[1].address.clone();
+    let admin = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        app.remove_node(&n2).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        app.add_node(&n2, "n2").await;
+    });
+    let (report, finals) = checker::run(
+        &cluster.urls(),
+        &sessions("readd", 100),
+        16,
+        Duration::from_secs(9),
+    )
+    .await;
+    admin.await.unwrap();
+    println!("{}", report.summary("node removed and re-added", None));
+    assert_exact(&report, &finals);
+    let served_by_n2_after = report
+        .answers
+        .iter()
+        .filter(|a| a.at > Duration::from_secs(6) && a.served_by.as_deref() == Some("n2"))
+        .count();
+    assert!(served_by_n2_after > 0, "the re-added node took no sessions");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_alternating_with_a_removal_keep_counts_exact() {
+    let cluster = Cluster::start(config(3), 2, &database_url()).await;
+    let app = cluster.apps[1].clone();
+    let n3 = cluster.nodes[2].address.clone();
+    let admin = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        app.remove_node(&n3).await;
+    });
+    let (report, finals) = checker::run(
+        &cluster.urls(),
+        &sessions("replicas", 100),
+        16,
+        Duration::from_secs(8),
+    )
+    .await;
+    admin.await.unwrap();
+    println!("{}", report.summary("two replicas and a removal", None));
+    assert_exact(&report, &finals);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_connections_with_short_sessions_see_no_error() {
+    let cluster = Cluster::start(config(3), 1, &database_url()).await;
+    let (report, finals) = checker::run(
+        &cluster.urls(),
+        &sessions("c64", 200),
+        64,
+        Duration::from_secs(10),
+    )
+    .await;
+    println!("{}", report.summary("64 connections, TTL 3 s", None));
+    assert_exact(&report, &finals);
+}
+
+/// A node fault: never above the truth, loss bounded by what the node held,
+/// the other nodes' sessions served every second of the fault `window` at
+/// least half as fast as before it.
+fn assert_bounded_node_fault(
+    report: &Report,
+    finals: &std::collections::HashMap<String, (i64, i64)>,
+    faulty: &str,
+    window: std::ops::Range<usize>,
+) {
+    assert_never_above_truth(report);
+    let beyond = report.loss_beyond(Some(faulty), finals);
+    assert!(
+        beyond.is_empty(),
+        "lost more than the faulty node held: {beyond:?}"
+    );
+    let (worst, normal) = report.worst_second_during(Some(faulty), window);
+    assert!(
+        worst * 2 >= normal,
+        "healthy nodes answered {worst} presses in their worst second of the fault, {normal} before it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_and_restarted_costs_at_most_its_own_clicks() {
+    let mut cluster = Cluster::start(config(3), 1, &database_url()).await;
+    let urls = cluster.urls();
+    let load = tokio::spawn(async move {
+        checker::run(&urls, &sessions("kill", 100), 100, Duration::from_secs(10)).await
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cluster.nodes[0].kill();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cluster.nodes[0].restart();
+    let (report, finals) = load.await.unwrap();
+    println!(
+        "{}",
+        report.summary("kill -9 of a node, restarted 3 s later", Some("n1"))
+    );
+    assert_bounded_node_fault(&report, &finals, "n1", 3..6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_node_never_pushes_a_count_above_the_truth_and_stalls_only_itself() {
+    let cluster = Cluster::start(config(3), 1, &database_url()).await;
+    let urls = cluster.urls();
+    let load = tokio::spawn(async move {
+        checker::run(&urls, &sessions("hang", 100), 100, Duration::from_secs(14)).await
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Long enough for sweeps to send /clean to the stopped node and time
+    // out: those cleans are processed when it wakes up, late.
+    cluster.nodes[0].pause();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    cluster.nodes[0].resume();
+    let (report, finals) = load.await.unwrap();
+    println!(
+        "{}",
+        report.summary("SIGSTOP of a node for 6 s", Some("n1"))
+    );
+    assert_bounded_node_fault(&report, &finals, "n1", 3..10);
+}
+
+/// Redis killed at 3 s and started again at 4 s, empty or from its AOF.
+async fn redis_restart(
+    aof: bool,
+) -> (
+    Report,
+    std::collections::HashMap<String, (i64, i64)>,
+    Duration,
+) {
+    let mut redis = RedisProcess::start(aof);
+    let mut config = config(3);
+    config.redis_url = redis.url();
+    let cluster = Cluster::start(config, 1, &database_url()).await;
+    let urls = cluster.urls();
+    let load = tokio::spawn(async move {
+        checker::run(&urls, &sessions("redis", 100), 100, Duration::from_secs(14)).await
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    redis.kill();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    redis.start_again();
+    let restarted_at = Duration::from_secs(4);
+    let (report, finals) = load.await.unwrap();
+    // How long until every session was served again after the restart.
+    let resumed = report
+        .answers
+        .iter()
+        .filter(|a| a.at > restarted_at && a.clicks.is_none())
+        .map(|a| a.at)
+        .max()
+        .unwrap_or(restarted_at)
+        - restarted_at;
+    drop(cluster);
+    (report, finals, resumed)
+}
+
+fn assert_redis_recovery(
+    report: &Report,
+    finals: &std::collections::HashMap<String, (i64, i64)>,
+    resumed: Duration,
+) {
+    assert_never_above_truth(report);
+    assert_eq!(report.repeats, 0, "a session was reset or repeated");
+    let beyond = report.loss_beyond(None, finals);
+    assert!(
+        beyond.is_empty(),
+        "clicks lost beyond the refused presses: {beyond:?}"
+    );
+    for code in report.errors.keys() {
+        assert!(
+            ["redis_unavailable", "registry_rebuilding"].contains(&code.as_str()),
+            "unexpected error {code}: {:?}",
+            report.errors
+        );
+    }
+    assert!(
+        resumed < Duration::from_secs(8),
+        "served again only {resumed:?} after the restart"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restarted_empty_is_rebuilt_without_resetting_a_session() {
+    let (report, finals, resumed) = redis_restart(false).await;
+    println!(
+        "{} resumed_after_ms={}",
+        report.summary("Redis killed, restarted empty", None),
+        resumed.as_millis()
+    );
+    assert!(
+        report.errors.contains_key("registry_rebuilding"),
+        "the rebuild was never seen: {:?}",
+        report.errors
+    );
+    assert_redis_recovery(&report, &finals, resumed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restarted_from_its_aof_loses_nothing() {
+    let (report, finals, resumed) = redis_restart(true).await;
+    println!(
+        "{} resumed_after_ms={}",
+        report.summary("Redis killed, restarted with AOF", None),
+        resumed.as_millis()
+    );
+    assert!(
+        !report.errors.contains_key("registry_rebuilding"),
+        "AOF kept the registry: no rebuild"
+    );
+    assert_redis_recovery(&report, &finals, resumed);
+}
+
+/// Postgres (for the balancer and the nodes) cut or blackholed from 3 s
+/// to 6 s, sessions expiring all along.
+async fn postgres_outage(
+    blackhole: bool,
+) -> (Report, std::collections::HashMap<String, (i64, i64)>) {
+    common::ensure_database().await;
+    let postgres = TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
+    let config = common::through_postgres_proxy(config(3), &postgres);
+    let node_database_url = config.database_url.clone();
+    let cluster = Cluster::start(config, 1, &node_database_url).await;
+    let urls = cluster.urls();
+    let load = tokio::spawn(async move {
+        checker::run(&urls, &sessions("pg", 100), 100, Duration::from_secs(11)).await
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    if blackhole {
+        postgres.blackhole();
+    } else {
+        postgres.cut();
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    postgres.restore();
+    load.await.unwrap()
+}
+
+fn assert_postgres_recovery(
+    report: &Report,
+    finals: &std::collections::HashMap<String, (i64, i64)>,
+) {
+    assert_never_above_truth(report);
+    assert_eq!(report.repeats, 0, "a session was reset or repeated");
+    let beyond = report.loss_beyond(None, finals);
+    assert!(
+        beyond.is_empty(),
+        "clicks lost beyond the refused presses: {beyond:?}"
+    );
+    for code in report.errors.keys() {
+        assert!(
+            ["archive_unavailable", "clean_failed"].contains(&code.as_str()),
+            "unexpected error {code}: {:?}",
+            report.errors
+        );
+    }
+    // Served again at full pace once Postgres is back (from 8 s on).
+    let (_, median) = report.worst_second(None);
+    let late = report
+        .answers
+        .iter()
+        .filter(|a| {
+            a.clicks.is_some() && a.at >= Duration::from_secs(9) && a.at < Duration::from_secs(10)
+        })
+        .count();
+    assert!(
+        late * 2 >= median,
+        "{late} answers in second 9 against a median of {median}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_cut_costs_errors_for_expired_sessions_and_no_clicks() {
+    let (report, finals) = postgres_outage(false).await;
+    println!("{}", report.summary("Postgres cut for 3 s", None));
+    assert_postgres_recovery(&report, &finals);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_blackholed_answers_fast_errors_and_loses_no_clicks() {
+    let (report, finals) = postgres_outage(true).await;
+    println!("{}", report.summary("Postgres blackholed for 3 s", None));
+    assert_postgres_recovery(&report, &finals);
+}
+
+/// A raw `POST /press` request for `session`.
+fn raw_press(session: &str, close: bool) -> String {
+    let body = serde_json::json!({ "session_id": session }).to_string();
+    let connection = if close { "Connection: close\r\n" } else { "" };
+    format!(
+        "POST /press HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{connection}\r\n{body}",
+        body.len()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_resets_mid_clean_leaves_no_fence_or_lock_behind() {
+    use tokio::io::AsyncWriteExt;
+    common::ensure_database().await;
+    let mut config = config(1);
+    config.sweep_interval_secs = 3600; // only presses archive here
+                                       // The nodes reach Postgres through a proxy, blackholed during the
+                                       // reset: their /clean then takes a second, so the client surely hangs
+                                       // up in the middle of it.
+    let postgres = TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
+    let node_database_url = common::through_postgres_proxy(config.clone(), &postgres).database_url;
+    let cluster = Cluster::start(config, 1, &node_database_url).await;
+    let app = &cluster.apps[0];
+    let ids = sessions("reset", 30);
+    for id in &ids {
+        assert_eq!(app.press(id).await.clicks(), 1);
+    }
+    tokio::time::sleep(Duration::from_millis(1200)).await; // all expired
+    let store = &app.ctx.store;
+    let node_of = |id: &String| {
+        let id = id.clone();
+        async move { store.lookup(&id).await.unwrap().unwrap().node }
+    };
+    let first_node = node_of(&ids[0]).await;
+    let mut other = None;
+    for id in &ids[1..] {
+        if node_of(id).await != first_node {
+            other = Some(id.clone());
+            break;
+        }
+    }
+    let other = other.expect("sessions on two nodes");
+    postgres.blackhole();
+    // Pressing an expired session archives its node's expired sessions
+    // (fence, lock, /clean, fold); the client resets 3 ms into that.
+    let target = app.address.trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&target).await.unwrap();
+    stream
+        .write_all(raw_press(&ids[0], false).as_bytes())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    #[allow(deprecated)] // SO_LINGER 0: close with a reset, at once
+    stream.set_linger(Some(Duration::ZERO)).unwrap();
+    drop(stream);
+    // The same from inside: the press future of a session on another node
+    // is dropped 3 ms in, as any server drops a request whose client left.
+    let press = tokio::spawn({
+        let ctx = app.ctx.clone();
+        let id = nodes_control::session::SessionId::parse(other.clone()).unwrap();
+        async move { ctx.sessions.press(&id).await.map(|p| p.clicks) }
+    });
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    press.abort();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    postgres.restore();
+    // The cleans go on by themselves and leave nothing raised or held.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let fences = store.fences().await.unwrap();
+        let mut locks_free = true;
+        for node in &cluster.nodes {
+            let lock = format!("node:{}", node.address);
+            match store.try_lock(&lock, 1000).await.unwrap() {
+                Some(token) => store.unlock(&lock, &token).await.unwrap(),
+                None => locks_free = false,
+            }
+        }
+        if fences.is_empty() && locks_free {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "fence {fences:?} or a lock still held"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Every session continues at once from its archive (the reset press
+    // may or may not have counted: 2 or 3 for the first).
+    for id in &ids {
+        let started = tokio::time::Instant::now();
+        let answer = app.press(id).await;
+        assert_eq!(answer.status, 200, "{answer:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{id} waited {:?}",
+            started.elapsed()
+        );
+        if id == &ids[0] || id == &other {
+            assert!((2..=3).contains(&answer.clicks()), "{answer:?}");
+        } else {
+            assert_eq!(answer.clicks(), 2, "{id}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_half_closes_after_its_request_still_gets_the_answer() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let cluster = Cluster::start(config(600), 1, &database_url()).await;
+    let app = &cluster.apps[0];
+    let target = app.address.trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&target).await.unwrap();
+    let session = unique("half-close");
+    stream
+        .write_all(raw_press(&session, true).as_bytes())
+        .await
+        .unwrap();
+    stream.shutdown().await.unwrap(); // FIN: nothing more will be sent
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut answer))
+        .await
+        .expect("an answer within 5 s")
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with("You clicked 1 times"), "{answer}");
+}
