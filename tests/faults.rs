@@ -20,14 +20,20 @@ use common::process::{NodeProcess, RedisProcess};
 use common::{database_url, spawn_app_with, unique, TcpProxy, TestApp};
 use nodes_control::Config;
 
+/// Scenarios run one at a time: each judges throughput second by second,
+/// which a neighbour's load on the same two cores would blur.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A balancer (or two sharing state) over three `click-node` processes.
 struct Cluster {
     apps: Vec<Arc<TestApp>>,
     nodes: Vec<NodeProcess>,
+    _turn: tokio::sync::MutexGuard<'static, ()>,
 }
 
 impl Cluster {
     async fn start(config: Config, replicas: usize, node_database_url: &str) -> Self {
+        let turn = ONE_AT_A_TIME.lock().await;
         let first = Arc::new(spawn_app_with(config.clone()).await);
         let mut nodes = Vec::new();
         for i in 1..=3 {
@@ -39,7 +45,11 @@ impl Cluster {
         for _ in 1..replicas {
             apps.push(Arc::new(spawn_app_with(config.clone()).await));
         }
-        Self { apps, nodes }
+        Self {
+            apps,
+            nodes,
+            _turn: turn,
+        }
     }
 
     fn urls(&self) -> Vec<String> {
@@ -236,7 +246,7 @@ async fn a_hung_node_never_pushes_a_count_above_the_truth_and_stalls_only_itself
         "{}",
         report.summary("SIGSTOP of a node for 6 s", Some("n1"))
     );
-    assert_bounded_node_fault(&report, &finals, "n1", 3..10);
+    assert_bounded_node_fault(&report, &finals, "n1", 3..9);
 }
 
 /// Redis killed at 3 s and started again at 4 s, empty or from its AOF.

@@ -261,12 +261,31 @@ impl NodeCleaner {
     ) -> Result<CleanReport, CleanError> {
         let seq = self.raise_and_wait(addr, FenceReason::Clean).await?;
         let result = self.clean_under_fence(addr, seq, leaving, selective).await;
-        // A journal left behind (Redis failed after the node archived) keeps
-        // the fence up until a sweep finishes the clean; else it comes down.
-        if !matches!(self.store.journal(addr).await, Ok(Some(_)) | Err(_)) {
-            self.lower(addr, seq).await;
-        }
+        self.lower_unless_journaled(addr, seq);
         result
+    }
+
+    /// Lowers the fence once Redis answers, unless a journal was left behind
+    /// (Redis failed after the node archived): then it stays up until a
+    /// sweep finishes the clean. In the background, so a Redis outage does
+    /// not keep the node fenced until the fence's deadline once Redis is back.
+    fn lower_unless_journaled(&self, addr: &str, seq: u64) {
+        let (this, addr) = (self.clone(), addr.to_owned());
+        tokio::spawn(async move {
+            let give_up = tokio::time::Instant::now() + Duration::from_millis(LOCK_TTL_MS);
+            while tokio::time::Instant::now() < give_up {
+                match this.store.journal(&addr).await {
+                    Ok(Some(journal)) if journal.seq == seq => return,
+                    Ok(_) => {
+                        if this.store.lower_fence(&addr, seq).await.is_ok() {
+                            return;
+                        }
+                    }
+                    Err(_) => {}
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
     }
 
     async fn clean_under_fence(
