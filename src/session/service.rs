@@ -224,15 +224,16 @@ impl SessionService {
             Some(m) if m.node == entry.address => {}
             _ => return Ok(()),
         }
-        self.admin
-            .fail_over(&entry.address)
-            .await
-            .map(drop)
-            .map_err(|error| match error {
+        // Bounded by the press's deadline; the failover itself runs on (it
+        // is detached), and the next press finds its session moved.
+        match tokio::time::timeout_at(deadline, self.admin.fail_over(&entry.address)).await {
+            Err(_) => Err(PressError::Deadline),
+            Ok(result) => result.map(drop).map_err(|error| match error {
                 CleanError::Store(e) => PressError::Store(e),
                 CleanError::Archive(e) => PressError::Archive(e),
                 other => PressError::FailOver(other),
-            })
+            }),
+        }
     }
 
     /// Places a session, restored from the archive: fold first (so the
