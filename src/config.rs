@@ -64,6 +64,16 @@ pub struct Config {
     /// How often every node's `/health` is probed.
     #[arg(long, env = "HEALTH_CHECK_INTERVAL_MS", default_value_t = DEFAULT_HEALTH_INTERVAL_MS)]
     pub health_check_interval_ms: u64,
+    /// Consecutive successful health checks before a down node is wiped
+    /// and takes traffic again (a flapping node is not wiped at every flap).
+    #[arg(long, env = "HEALTH_RISE", default_value_t = 3)]
+    pub health_rise: u32,
+    /// Consecutive failed health checks before an up node is marked down.
+    #[arg(long, env = "HEALTH_FALL", default_value_t = 2)]
+    pub health_fall: u32,
+    /// Serve `GET /metrics` only with the admin token.
+    #[arg(long, env = "METRICS_REQUIRE_TOKEN", default_value_t = false)]
+    pub metrics_require_token: bool,
     /// How new sessions are placed.
     #[arg(long, env = "PLACEMENT", value_enum, default_value_t = Placement::LeastSessions)]
     pub placement: Placement,
@@ -142,6 +152,9 @@ impl Config {
             node_connect_timeout_ms: DEFAULT_NODE_CONNECT_TIMEOUT_MS,
             archive_timeout_ms: DEFAULT_ARCHIVE_TIMEOUT_MS,
             health_check_interval_ms: DEFAULT_HEALTH_INTERVAL_MS,
+            health_rise: 3,
+            health_fall: 2,
+            metrics_require_token: false,
             node_ca_file: None,
             placement: Placement::LeastSessions,
             strategy: StrategyKind::RoundRobin,

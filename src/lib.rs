@@ -11,6 +11,7 @@ pub mod routing;
 pub mod session;
 pub mod startup;
 pub mod store;
+pub mod supervisor;
 pub mod telemetry;
 
 pub use config::Config;

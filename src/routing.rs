@@ -15,6 +15,9 @@ use crate::nodes::{NodeAdmin, NodeCallError, NodeClient, Selector};
 pub enum RouteError {
     #[error("no node is available")]
     NoNode,
+    /// The request cannot be sent as it is: the client's error, not a node's.
+    #[error("{0}")]
+    BadRequest(String),
     #[error("node {node} failed: {source}")]
     NodeFailed {
         node: String,
@@ -85,6 +88,9 @@ impl Router {
                         body: answer.body,
                         served_by: entry.served_by.clone(),
                     })
+                }
+                Err(source) if !source.is_node_fault() => {
+                    return Err(RouteError::BadRequest(source.to_string()));
                 }
                 Err(source) => {
                     warn!(node = %entry.address, error = %source, "/process failed; node marked down");

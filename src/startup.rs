@@ -17,6 +17,7 @@ use crate::nodes::{HealthChecker, NodeAddress, NodeAdmin, NodeClient, NodeTable,
 use crate::routing::Router;
 use crate::session::SessionService;
 use crate::store::SessionStore;
+use crate::supervisor::Supervisor;
 
 pub struct Application {
     listener: TcpListener,
@@ -25,6 +26,8 @@ pub struct Application {
     fences: FenceWatcher,
     sweeper: Sweeper,
     rebuilder: Rebuilder,
+    supervisor: Supervisor,
+    fences_followed: Arc<std::sync::atomic::AtomicBool>,
     /// `NODES` not registered yet because Redis was away at start-up.
     pending_nodes: Vec<String>,
     config: Config,
@@ -112,6 +115,9 @@ impl Application {
             admin.clone(),
             client.clone(),
         );
+        // True from the start: the fence watcher's first poll runs below,
+        // before the listener serves anything.
+        let fences_followed = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let sessions = SessionService::new(
             store.clone(),
             admin.clone(),
@@ -120,6 +126,7 @@ impl Application {
             placement,
             config.session_ttl(),
             config.node_timeout(),
+            fences_followed.clone(),
         );
         let listener = TcpListener::bind(&config.listen_addr)
             .await
@@ -131,6 +138,8 @@ impl Application {
             store,
             archive,
             admin_token,
+            metrics_require_token: config.metrics_require_token,
+            fences_followed: fences_followed.clone(),
             metrics: crate::telemetry::metrics_handle(),
         });
         if let Err(error) = admin.refresh().await {
@@ -157,10 +166,12 @@ impl Application {
         let pending_nodes = register_nodes(&admin, initial_nodes).await;
         Ok(Self {
             listener,
-            health: HealthChecker::new(admin, client),
+            health: HealthChecker::new(admin, client, config.health_rise, config.health_fall),
             fences,
             sweeper,
             rebuilder,
+            supervisor: Supervisor::default(),
+            fences_followed,
             pending_nodes,
             ctx,
             config,
@@ -181,6 +192,11 @@ impl Application {
         self.fences.replica_id().to_owned()
     }
 
+    /// The supervisor of the background loops (tests end a loop with it).
+    pub fn supervisor(&self) -> Supervisor {
+        self.supervisor.clone()
+    }
+
     /// The expiry sweep, for tests that run one step at a time they choose.
     pub fn sweeper(&self) -> Sweeper {
         self.sweeper.clone()
@@ -189,8 +205,9 @@ impl Application {
     /// Serves until `shutdown` resolves, with the health checker, the fence
     /// watcher, the sweeper and the registry check beside the server; all
     /// stop together. They are supervised: one that ends on its own (a
-    /// panic, most likely) stops the replica, rather than letting it serve
-    /// without, say, honouring fences.
+    /// panic, most likely) is restarted with back-off, and while the fence
+    /// watcher is not running the replica answers 503 to presses and
+    /// `/readyz`.
     pub async fn run_until_stopped(
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -206,40 +223,43 @@ impl Application {
             }
         });
         let mut background = tokio::task::JoinSet::new();
+        let supervisor = &self.supervisor;
         let health = self.health.clone();
         let interval = self.config.health_check_interval();
-        background.spawn(named(
+        let token = cancel.clone();
+        supervisor.spawn(
+            &mut background,
             "health checker",
-            health.run(interval, cancel.clone()),
-        ));
-        background.spawn(named(
+            cancel.clone(),
+            None,
+            move || health.clone().run(interval, token.clone()),
+        );
+        let (fences, token) = (self.fences.clone(), cancel.clone());
+        supervisor.spawn(
+            &mut background,
             "fence watcher",
-            self.fences.clone().run(cancel.clone()),
-        ));
-        background.spawn(named(
+            cancel.clone(),
+            Some(self.fences_followed.clone()),
+            move || fences.clone().run(token.clone()),
+        );
+        let (sweeper, token) = (self.sweeper.clone(), cancel.clone());
+        supervisor.spawn(
+            &mut background,
             "sweeper",
-            self.sweeper.clone().run(sweep_interval, cancel.clone()),
-        ));
-        background.spawn(named(
+            cancel.clone(),
+            None,
+            move || sweeper.clone().run(sweep_interval, token.clone()),
+        );
+        let (rebuilder, token) = (self.rebuilder.clone(), cancel.clone());
+        supervisor.spawn(
+            &mut background,
             "registry check",
-            self.rebuilder.clone().run(cancel.clone()),
-        ));
+            cancel.clone(),
+            None,
+            move || rebuilder.clone().run(token.clone()),
+        );
         info!(addr = %self.listener.local_addr()?, "nodes-control listening");
         let server_cancel = cancel.clone();
-        let supervisor_cancel = cancel.clone();
-        let supervisor = tokio::spawn(async move {
-            let ended = background.join_next().await;
-            if !supervisor_cancel.is_cancelled() {
-                let task = match &ended {
-                    Some(Ok(name)) => (*name).to_owned(),
-                    Some(Err(error)) => format!("a background task ({error})"),
-                    None => "every background task".to_owned(),
-                };
-                tracing::error!(%task, "background task ended; stopping the replica");
-                supervisor_cancel.cancel();
-            }
-            while background.join_next().await.is_some() {}
-        });
         let result = http::server::serve(self.listener, http::router(self.ctx), async move {
             tokio::select! {
                 _ = shutdown => {}
@@ -249,14 +269,8 @@ impl Application {
         .await;
         cancel.cancel();
         registration.abort();
-        let _ = supervisor.await;
+        while background.join_next().await.is_some() {}
         info!("nodes-control stopped");
         result
     }
-}
-
-/// A background task that says its name when it ends.
-async fn named(name: &'static str, task: impl std::future::Future<Output = ()>) -> &'static str {
-    task.await;
-    name
 }

@@ -25,8 +25,10 @@ pub enum ApiError {
     Conflict(String),
     #[error("the request body is larger than {0} bytes")]
     PayloadTooLarge(usize),
-    #[error("the request body must be JSON (Content-Type: application/json)")]
+    #[error("the request body must be JSON in UTF-8 (Content-Type: application/json)")]
     UnsupportedMediaType,
+    #[error("{0}")]
+    UriTooLong(String),
     #[error("{message}")]
     Unavailable { code: &'static str, message: String },
 }
@@ -56,6 +58,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType => {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
             }
+            ApiError::UriTooLong(_) => (StatusCode::URI_TOO_LONG, "uri_too_long"),
             ApiError::Unavailable { code, .. } => (StatusCode::SERVICE_UNAVAILABLE, code),
         }
     }
@@ -116,6 +119,10 @@ impl From<PressError> for ApiError {
                 )
             }
             PressError::Rebuilding => rebuilding(),
+            PressError::NotFollowingFences => ApiError::unavailable(
+                "replica_not_ready",
+                "this balancer replica is restarting an internal task; try again",
+            ),
             PressError::Deadline => {
                 tracing::error!("press did not complete within its deadline");
                 ApiError::unavailable("press_timeout", "the press took too long; try again")
@@ -126,10 +133,16 @@ impl From<PressError> for ApiError {
 
 impl From<RouteError> for ApiError {
     fn from(e: RouteError) -> Self {
-        if let RouteError::NodeFailed { node, source } = &e {
-            tracing::error!(%node, error = %source, "/process failed on every node tried");
+        match e {
+            RouteError::BadRequest(message) => ApiError::bad_request("invalid_request", message),
+            RouteError::NodeFailed { node, source } => {
+                tracing::error!(%node, error = %source, "/process failed on every node tried");
+                ApiError::unavailable("nodes_failed", "no node could serve the request")
+            }
+            RouteError::NoNode => {
+                ApiError::unavailable("no_node_available", "no node is available")
+            }
         }
-        ApiError::unavailable("no_node_available", "no node could serve the request")
     }
 }
 

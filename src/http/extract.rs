@@ -50,14 +50,18 @@ fn is_json(headers: &axum::http::HeaderMap) -> bool {
     else {
         return false;
     };
-    let essence = content_type
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    essence == "application/json"
-        || (essence.starts_with("application/") && essence.ends_with("+json"))
+    let mut parts = content_type.split(';');
+    let essence = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+    // JSON is UTF-8 (RFC 8259); a body announced in another charset would
+    // be read as something it is not.
+    let utf8 = parts.all(|param| match param.split_once('=') {
+        Some((name, value)) if name.trim().eq_ignore_ascii_case("charset") => {
+            value.trim().trim_matches('"').eq_ignore_ascii_case("utf-8")
+        }
+        _ => true,
+    });
+    utf8 && (essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json")))
 }
 
 /// Proof that the request carried `Authorization: Bearer $ADMIN_TOKEN`.

@@ -36,6 +36,10 @@ pub struct Services {
     pub store: SessionStore,
     pub archive: Archive,
     pub admin_token: String,
+    /// Whether the fence watcher runs (`/readyz` is 503 while it does not).
+    pub fences_followed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// `GET /metrics` asks for the admin token too.
+    pub metrics_require_token: bool,
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
 }
 

@@ -8,6 +8,13 @@ use balancing::StrategyKind;
 
 use super::{ApiContext, ApiError};
 
+/// Longest `/process/{req_id}` path passed on to a node, in bytes.
+pub const MAX_PROCESS_PATH: usize = 1024;
+/// Longest request id (the path segment), in bytes.
+pub const MAX_REQUEST_ID: usize = 128;
+/// Longest query string passed on to a node, in bytes.
+pub const MAX_PROCESS_QUERY: usize = 2048;
+
 /// `GET /process/{req_id}?user_id=N`: routed statelessly by `STRATEGY`.
 pub async fn process(
     State(ctx): State<ApiContext>,
@@ -15,6 +22,30 @@ pub async fn process(
     Query(query): Query<HashMap<String, String>>,
     uri: Uri,
 ) -> Result<Response, ApiError> {
+    // Checked before anything is sent: a request we could not forward is
+    // the client's error, never a node's (DESIGN §4.13).
+    if uri.path().len() > MAX_PROCESS_PATH {
+        return Err(ApiError::UriTooLong(format!(
+            "the path is longer than {MAX_PROCESS_PATH} bytes"
+        )));
+    }
+    if uri.query().map_or(0, str::len) > MAX_PROCESS_QUERY {
+        return Err(ApiError::UriTooLong(format!(
+            "the query is longer than {MAX_PROCESS_QUERY} bytes"
+        )));
+    }
+    let req_id = uri.path().trim_start_matches("/process/");
+    if req_id.is_empty()
+        || req_id.len() > MAX_REQUEST_ID
+        || !req_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b))
+    {
+        return Err(ApiError::bad_request(
+            "invalid_request_id",
+            format!("the request id must be 1 to {MAX_REQUEST_ID} letters, digits, '-', '.', '_' or '~'"),
+        ));
+    }
     let path_and_query = uri
         .path_and_query()
         .map(|p| p.as_str())

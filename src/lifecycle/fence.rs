@@ -142,7 +142,9 @@ impl FenceWatcher {
     /// poll every [`HEARTBEAT`] as fallback and heartbeat), then leaves the
     /// replica set.
     pub async fn run(self, cancel: CancellationToken) {
-        let subscriber = tokio::spawn(self.clone().follow_events(cancel.clone()));
+        // Ends with this run, also when the run is aborted (the supervisor
+        // then starts a new one with a subscriber of its own).
+        let _subscriber = AbortOnDrop(tokio::spawn(self.clone().follow_events(cancel.clone())));
         loop {
             if let Err(error) = self.poll_once().await {
                 debug!(%error, "fence poll failed");
@@ -152,7 +154,6 @@ impl FenceWatcher {
                 _ = tokio::time::sleep(HEARTBEAT) => {}
             }
         }
-        subscriber.abort();
         self.held.lock().unwrap_or_else(|e| e.into_inner()).clear();
         if let Err(error) = self.store.remove_replica(&self.replica).await {
             warn!(%error, "could not deregister the replica; its heartbeat expires by itself");
@@ -185,5 +186,13 @@ impl FenceWatcher {
                 _ = tokio::time::sleep(HEARTBEAT) => {}
             }
         }
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

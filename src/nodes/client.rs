@@ -19,10 +19,14 @@ const MAX_PRESS_BODY: usize = 1024;
 /// Largest `/process` answer passed through.
 const MAX_PROCESS_BODY: usize = 1 << 20;
 
-/// Why a call to a node failed. Every variant counts as a node failure
-/// (DESIGN §4.8).
+/// Why a call to a node failed. Every variant but [`Request`](Self::Request)
+/// is something the node did, and counts as a node failure (DESIGN §4.8,
+/// §4.13).
 #[derive(Debug, thiserror::Error)]
 pub enum NodeCallError {
+    /// The request could not be built: the client's doing, not the node's.
+    #[error("the request to the node could not be built: {0}")]
+    Request(String),
     #[error("cannot reach the node: {0}")]
     Transport(String),
     #[error("the node did not answer in time")]
@@ -37,6 +41,11 @@ impl NodeCallError {
     /// The node did not answer at all (as opposed to answering badly).
     pub fn is_unreachable(&self) -> bool {
         matches!(self, NodeCallError::Transport(_) | NodeCallError::Timeout)
+    }
+
+    /// Whether the node is to blame (everything but a request we could not build).
+    pub fn is_node_fault(&self) -> bool {
+        !matches!(self, NodeCallError::Request(_))
     }
 }
 
@@ -118,7 +127,10 @@ impl NodeClient {
             .pool_idle_timeout(Duration::from_secs(30))
             .pool_max_idle_per_host(256)
             .build(connector);
+        // Redirects are never followed: a node that redirects its /clean to
+        // another node must not make us wipe that one.
         let mut admin = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(connect_timeout)
             .timeout(timeout);
         for cert in &extra {
@@ -140,13 +152,13 @@ impl NodeClient {
             session_id: &'a str,
         }
         let body = serde_json::to_vec(&PressBody { session_id })
-            .map_err(|e| NodeCallError::Body(e.to_string()))?;
+            .map_err(|e| NodeCallError::Request(e.to_string()))?;
         let request = Request::builder()
             .method(Method::POST)
             .uri(node.press_uri.clone())
             .header(header::CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::from(body)))
-            .map_err(|e| NodeCallError::Transport(e.to_string()))?;
+            .map_err(|e| NodeCallError::Request(e.to_string()))?;
         let answer = self.send(request, MAX_PRESS_BODY).await?;
         if !answer.status.is_success() {
             return Err(NodeCallError::Status(answer.status));
@@ -155,18 +167,19 @@ impl NodeClient {
     }
 
     /// `GET {address}{path_and_query}` through the pooled client; the
-    /// node's answer comes back unless it is a 5xx.
+    /// node's answer comes back unless it is a 5xx or a redirect (never
+    /// followed: a node that redirects is misbehaving).
     pub async fn get(&self, address: &str, path_and_query: &str) -> Result<Answer, NodeCallError> {
         let uri: http::Uri = format!("{address}{path_and_query}")
             .parse()
-            .map_err(|e: http::uri::InvalidUri| NodeCallError::Transport(e.to_string()))?;
+            .map_err(|e: http::uri::InvalidUri| NodeCallError::Request(e.to_string()))?;
         let request = Request::builder()
             .method(Method::GET)
             .uri(uri)
             .body(Full::new(Bytes::new()))
-            .map_err(|e| NodeCallError::Transport(e.to_string()))?;
+            .map_err(|e| NodeCallError::Request(e.to_string()))?;
         let answer = self.send(request, MAX_PROCESS_BODY).await?;
-        if answer.status.is_server_error() {
+        if answer.status.is_server_error() || answer.status.is_redirection() {
             return Err(NodeCallError::Status(answer.status));
         }
         Ok(answer)

@@ -1,5 +1,5 @@
 //! Active health checks: every node's `/health` is probed each interval.
-//! Two failures in a row take an up node down; two successes in a row
+//! `fall` failures in a row take an up node down; `rise` successes in a row
 //! bring a down node back (after a wipe, see [`NodeAdmin::recover`]).
 
 use std::sync::atomic::Ordering;
@@ -12,9 +12,6 @@ use super::admin::NodeAdmin;
 use super::client::NodeClient;
 use crate::store::NodeState;
 
-const FALL: u32 = 2;
-const RISE: u32 = 2;
-
 /// What one round of checks changed.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct HealthReport {
@@ -26,11 +23,18 @@ pub struct HealthReport {
 pub struct HealthChecker {
     admin: NodeAdmin,
     client: NodeClient,
+    rise: u32,
+    fall: u32,
 }
 
 impl HealthChecker {
-    pub fn new(admin: NodeAdmin, client: NodeClient) -> Self {
-        Self { admin, client }
+    pub fn new(admin: NodeAdmin, client: NodeClient, rise: u32, fall: u32) -> Self {
+        Self {
+            admin,
+            client,
+            rise: rise.max(1),
+            fall: fall.max(1),
+        }
     }
 
     /// One round: refresh the view, probe every node concurrently, act.
@@ -56,7 +60,7 @@ impl HealthChecker {
                 (entry.health_fails.fetch_add(1, Ordering::Relaxed) + 1, 0)
             };
             match entry.state() {
-                NodeState::Up | NodeState::Draining if fails >= FALL => {
+                NodeState::Up | NodeState::Draining if fails >= self.fall => {
                     warn!(node = %entry.address, "health check failed {fails} times in a row");
                     self.admin.mark_down(entry).await;
                     // Its sessions move now, not at their next press.
@@ -68,11 +72,15 @@ impl HealthChecker {
                     });
                     report.marked_down.push(entry.address.clone());
                 }
-                NodeState::Down if oks >= RISE => match self.admin.recover(&entry.address).await {
-                    Ok(true) => report.recovered.push(entry.address.clone()),
-                    Ok(false) => {}
-                    Err(error) => warn!(node = %entry.address, %error, "recovering node failed"),
-                },
+                NodeState::Down if oks >= self.rise => {
+                    match self.admin.recover(&entry.address).await {
+                        Ok(true) => report.recovered.push(entry.address.clone()),
+                        Ok(false) => {}
+                        Err(error) => {
+                            warn!(node = %entry.address, %error, "recovering node failed")
+                        }
+                    }
+                }
                 _ => {}
             }
         }

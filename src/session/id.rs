@@ -1,6 +1,10 @@
-//! A validated session id (DESIGN §3): 1 to 255 bytes, no control characters.
+//! A validated session id (DESIGN §3): 1 to 255 bytes, no control
+//! characters, no invisible format characters (bidi overrides, zero-width
+//! spaces and joiners), which make two ids that look alike differ.
 
 use std::fmt;
+
+use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
 
 pub const MAX_SESSION_ID_BYTES: usize = 255;
 
@@ -15,6 +19,8 @@ pub enum SessionIdError {
     TooLong,
     #[error("session_id must not contain control characters")]
     ControlCharacter,
+    #[error("session_id must not contain invisible format characters (bidi controls, zero-width characters)")]
+    FormatCharacter,
 }
 
 impl SessionId {
@@ -25,6 +31,11 @@ impl SessionId {
             Err(SessionIdError::TooLong)
         } else if id.chars().any(char::is_control) {
             Err(SessionIdError::ControlCharacter)
+        } else if id
+            .chars()
+            .any(|c| c.general_category() == GeneralCategory::Format)
+        {
+            Err(SessionIdError::FormatCharacter)
         } else {
             Ok(Self(id))
         }
@@ -72,5 +83,22 @@ mod tests {
             SessionId::parse("a\u{0}".into()),
             Err(SessionIdError::ControlCharacter)
         );
+    }
+
+    #[test]
+    fn refuses_bidi_overrides_and_zero_width_characters() {
+        for id in [
+            "a\u{202E}b",
+            "a\u{200B}b",
+            "\u{200D}",
+            "a\u{2066}b",
+            "\u{FEFF}u1",
+        ] {
+            assert_eq!(
+                SessionId::parse(id.into()),
+                Err(SessionIdError::FormatCharacter),
+                "{id:?}"
+            );
+        }
     }
 }

@@ -1,3 +1,4 @@
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,6 +35,8 @@ pub enum PressError {
     Rebuilding,
     #[error("the press did not complete within its deadline")]
     Deadline,
+    #[error("this replica is not following clean fences right now")]
+    NotFollowingFences,
 }
 
 /// A served press.
@@ -60,6 +63,9 @@ pub struct SessionService {
     /// a failover (its fence waits out other replicas' presses), a second
     /// node timeout. A press is bounded by time, never by a count of rounds.
     budget: Duration,
+    /// Whether this replica's fence watcher is running: without it a press
+    /// could reach a node another replica is cleaning (DESIGN §4.7).
+    fences_followed: Arc<AtomicBool>,
 }
 
 /// What happened to one attempt at a node.
@@ -79,6 +85,7 @@ impl SessionService {
         placement: Option<Selector>,
         ttl: Duration,
         node_timeout: Duration,
+        fences_followed: Arc<AtomicBool>,
     ) -> Self {
         Self {
             store,
@@ -89,6 +96,7 @@ impl SessionService {
             placement: placement.map(Arc::new),
             ttl,
             budget: node_timeout * 3 + Duration::from_secs(2),
+            fences_followed,
         }
     }
 
@@ -100,6 +108,9 @@ impl SessionService {
     /// and one forward; everything else is the rare path.
     pub async fn press(&self, id: &SessionId) -> Result<Pressed, PressError> {
         let id = id.as_str();
+        if !self.fences_followed.load(Ordering::Acquire) {
+            return Err(PressError::NotFollowingFences);
+        }
         let deadline = Instant::now() + self.budget;
         // The clean epoch is read before the mapping: a clean of the node
         // that ends after this point makes us read the mapping again.
@@ -170,6 +181,14 @@ impl SessionService {
                 }
                 Attempt::Abandoned => {
                     debug!(node = %entry.address, session = %id, "press abandoned: node declared down");
+                }
+                Attempt::Failed(error) if !error.is_node_fault() => {
+                    // Not the node's doing: it stays up, the press fails.
+                    drop((gate, in_flight));
+                    return Err(PressError::NodeFailed {
+                        node: entry.address.clone(),
+                        source: error,
+                    });
                 }
                 Attempt::Failed(error) => {
                     warn!(node = %entry.address, session = %id, %error, "press failed; node marked down");

@@ -73,6 +73,7 @@ pub struct TestApp {
     pub config: Config,
     pub ctx: ApiContext,
     pub sweeper: nodes_control::lifecycle::Sweeper,
+    pub supervisor: nodes_control::supervisor::Supervisor,
     pub http: reqwest::Client,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
 }
@@ -89,6 +90,7 @@ pub async fn spawn_app_with(config: Config) -> TestApp {
     let address = format!("http://127.0.0.1:{}", app.port());
     let ctx = app.context();
     let sweeper = app.sweeper();
+    let supervisor = app.supervisor();
     let (tx, rx) = tokio::sync::oneshot::channel();
     tokio::spawn(app.run_until_stopped(async {
         let _ = rx.await;
@@ -98,6 +100,7 @@ pub async fn spawn_app_with(config: Config) -> TestApp {
         config,
         ctx,
         sweeper,
+        supervisor,
         http: reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .build()
