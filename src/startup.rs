@@ -119,9 +119,7 @@ impl Application {
         // before the listener serves anything.
         let fences_followed = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let sessions = SessionService::new(
-            store.clone(),
             admin.clone(),
-            client.clone(),
             sweeper.clone(),
             placement,
             config.session_ttl(),

@@ -86,6 +86,10 @@ impl NodeAdmin {
         &self.cleaner
     }
 
+    pub fn client(&self) -> &NodeClient {
+        &self.client
+    }
+
     pub fn table(&self) -> &Arc<NodeTable> {
         &self.table
     }

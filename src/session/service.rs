@@ -78,9 +78,7 @@ enum Attempt {
 
 impl SessionService {
     pub fn new(
-        store: SessionStore,
         admin: NodeAdmin,
-        client: NodeClient,
         sweeper: Sweeper,
         placement: Option<Selector>,
         ttl: Duration,
@@ -88,10 +86,10 @@ impl SessionService {
         fences_followed: Arc<AtomicBool>,
     ) -> Self {
         Self {
-            store,
+            store: admin.cleaner().store().clone(),
             archive: admin.cleaner().archive().clone(),
+            client: admin.client().clone(),
             admin,
-            client,
             sweeper,
             placement: placement.map(Arc::new),
             ttl,
