@@ -71,6 +71,24 @@ pub struct Config {
     /// Consecutive failed health checks before an up node is marked down.
     #[arg(long, env = "HEALTH_FALL", default_value_t = 2)]
     pub health_fall: u32,
+    /// Longest a client may take to send a request's headers; also how long
+    /// an idle keep-alive connection is kept (it is waiting for headers).
+    #[arg(long, env = "HEADER_READ_TIMEOUT_MS", default_value_t = 10_000)]
+    pub header_read_timeout_ms: u64,
+    /// Longest a client may take to send a request's body (408 past it).
+    #[arg(long, env = "BODY_READ_TIMEOUT_MS", default_value_t = 10_000)]
+    pub body_read_timeout_ms: u64,
+    /// Longest any request may take, all included (504 past it).
+    #[arg(long, env = "REQUEST_TIMEOUT_MS", default_value_t = 30_000)]
+    pub request_timeout_ms: u64,
+    /// Most client connections open at once; beyond it new connections
+    /// wait in the listen backlog instead of taking file descriptors.
+    #[arg(long, env = "MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub max_connections: usize,
+    /// On SIGTERM: stop accepting, finish what is in flight (presses,
+    /// cleans), and exit at the latest after this many seconds.
+    #[arg(long, env = "SHUTDOWN_GRACE_SECS", default_value_t = 10)]
+    pub shutdown_grace_secs: u64,
     /// Serve `GET /metrics` only with the admin token.
     #[arg(long, env = "METRICS_REQUIRE_TOKEN", default_value_t = false)]
     pub metrics_require_token: bool,
@@ -155,6 +173,11 @@ impl Config {
             health_rise: 3,
             health_fall: 2,
             metrics_require_token: false,
+            header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 10_000,
+            request_timeout_ms: 30_000,
+            max_connections: 10_000,
+            shutdown_grace_secs: 10,
             node_ca_file: None,
             placement: Placement::LeastSessions,
             strategy: StrategyKind::RoundRobin,
@@ -173,6 +196,14 @@ impl Config {
     }
     pub fn node_connect_timeout(&self) -> Duration {
         Duration::from_millis(self.node_connect_timeout_ms)
+    }
+    /// The listener's limits.
+    pub fn listener_limits(&self) -> crate::http::server::Limits {
+        crate::http::server::Limits {
+            header_read_timeout: Duration::from_millis(self.header_read_timeout_ms.max(1)),
+            max_connections: self.max_connections.max(1),
+            grace: Duration::from_secs(self.shutdown_grace_secs),
+        }
     }
     pub fn archive_timeout(&self) -> Duration {
         Duration::from_millis(self.archive_timeout_ms.max(1))

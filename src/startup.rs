@@ -137,6 +137,8 @@ impl Application {
             archive,
             admin_token,
             metrics_require_token: config.metrics_require_token,
+            body_read_timeout: Duration::from_millis(config.body_read_timeout_ms.max(1)),
+            request_timeout: Duration::from_millis(config.request_timeout_ms.max(1)),
             fences_followed: fences_followed.clone(),
             metrics: crate::telemetry::metrics_handle(),
         });
@@ -258,16 +260,32 @@ impl Application {
         );
         info!(addr = %self.listener.local_addr()?, "nodes-control listening");
         let server_cancel = cancel.clone();
-        let result = http::server::serve(self.listener, http::router(self.ctx), async move {
-            tokio::select! {
-                _ = shutdown => {}
-                _ = server_cancel.cancelled() => {}
-            }
-        })
-        .await;
+        let limits = self.config.listener_limits();
+        let stopping_at = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let stop_time = stopping_at.clone();
+        let result =
+            http::server::serve(self.listener, http::router(self.ctx), limits, async move {
+                tokio::select! {
+                    _ = shutdown => {}
+                    _ = server_cancel.cancelled() => {}
+                }
+                *stop_time.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(tokio::time::Instant::now());
+            })
+            .await;
         cancel.cancel();
         registration.abort();
         while background.join_next().await.is_some() {}
+        // Cleans and failovers still running finish within what is left of
+        // the grace period.
+        let started = stopping_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(tokio::time::Instant::now);
+        let left = limits.grace.saturating_sub(started.elapsed());
+        if !crate::lifecycle::lock::wait_for_detached(left).await {
+            warn!("cleans still running at the end of the grace period; their journals let another replica finish them");
+        }
         info!("nodes-control stopped");
         result
     }

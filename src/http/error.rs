@@ -29,6 +29,10 @@ pub enum ApiError {
     UnsupportedMediaType,
     #[error("{0}")]
     UriTooLong(String),
+    #[error("the request body did not arrive in time")]
+    BodyTimeout,
+    #[error("the request took too long; try again")]
+    GatewayTimeout,
     #[error("{message}")]
     Unavailable { code: &'static str, message: String },
 }
@@ -59,6 +63,8 @@ impl ApiError {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
             }
             ApiError::UriTooLong(_) => (StatusCode::URI_TOO_LONG, "uri_too_long"),
+            ApiError::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
+            ApiError::GatewayTimeout => (StatusCode::GATEWAY_TIMEOUT, "request_timeout"),
             ApiError::Unavailable { code, .. } => (StatusCode::SERVICE_UNAVAILABLE, code),
         }
     }

@@ -15,21 +15,27 @@ pub const MAX_BODY_BYTES: usize = 4096;
 
 pub struct JsonBody<T>(pub T);
 
-impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T>
+where
+    ApiContext: FromRef<S>,
+{
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
         if !is_json(req.headers()) {
             return Err(ApiError::UnsupportedMediaType);
         }
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
-            match rejection.status() {
+        let limit = ApiContext::from_ref(state).body_read_timeout;
+        // A client that trickles its body holds a socket for this long at most.
+        let bytes = tokio::time::timeout(limit, Bytes::from_request(req, state))
+            .await
+            .map_err(|_| ApiError::BodyTimeout)?
+            .map_err(|rejection| match rejection.status() {
                 axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
                     ApiError::PayloadTooLarge(MAX_BODY_BYTES)
                 }
                 _ => ApiError::bad_request("bad_body", rejection.body_text()),
-            }
-        })?;
+            })?;
         // serde would read `["u1"]` as a struct too; our bodies are objects.
         if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
             return Err(ApiError::bad_request(

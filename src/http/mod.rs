@@ -38,6 +38,10 @@ pub struct Services {
     pub admin_token: String,
     /// Whether the fence watcher runs (`/readyz` is 503 while it does not).
     pub fences_followed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Longest a client may take to send a body.
+    pub body_read_timeout: std::time::Duration,
+    /// Longest any request may take.
+    pub request_timeout: std::time::Duration,
     /// `GET /metrics` asks for the admin token too.
     pub metrics_require_token: bool,
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
@@ -66,7 +70,22 @@ pub fn router(ctx: ApiContext) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
+        .layer(axum::middleware::from_fn_with_state(ctx.clone(), deadline))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(TraceLayer::new_for_http())
         .with_state(ctx)
+}
+
+/// Every request within `REQUEST_TIMEOUT_MS` (504 past it). The work a
+/// request started that must finish (cleans, failovers) runs on by itself.
+async fn deadline(
+    axum::extract::State(ctx): axum::extract::State<ApiContext>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match tokio::time::timeout(ctx.request_timeout, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::GatewayTimeout.into_response(),
+    }
 }

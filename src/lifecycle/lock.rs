@@ -7,7 +7,10 @@
 //! hangs up cannot cancel it halfway and leave a fence raised or the lock held.
 
 use std::future::Future;
+use std::sync::LazyLock;
 use std::time::Duration;
+
+use tokio_util::task::TaskTracker;
 
 use tracing::warn;
 
@@ -76,6 +79,19 @@ pub async fn with_lock<T, E: From<StoreError>>(
     result
 }
 
+/// Work started with [`detached`] that has not finished yet: shutdown waits
+/// for it (within its grace period), so a stopping replica does not leave a
+/// fence raised halfway through a clean.
+static IN_FLIGHT: LazyLock<TaskTracker> = LazyLock::new(TaskTracker::new);
+
+/// Waits (at most `limit`) until no detached work is running.
+pub async fn wait_for_detached(limit: Duration) -> bool {
+    IN_FLIGHT.close();
+    let done = tokio::time::timeout(limit, IN_FLIGHT.wait()).await.is_ok();
+    IN_FLIGHT.reopen();
+    done
+}
+
 /// Runs `work` to completion in a task of its own and waits for it. If the
 /// caller is dropped (a client hung up), the work goes on regardless.
 pub async fn detached<T, E>(
@@ -86,7 +102,7 @@ where
     T: Send + 'static,
     E: Send + 'static,
 {
-    match tokio::spawn(work).await {
+    match IN_FLIGHT.spawn(work).await {
         Ok(result) => result,
         Err(error) => Err(panicked(error.to_string())),
     }

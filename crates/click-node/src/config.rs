@@ -36,6 +36,10 @@ pub struct Config {
     /// `NODE_TIMEOUT_MS`, so a slow archive is not taken for a dead node.
     #[arg(long, env = "ARCHIVE_TIMEOUT_MS", default_value_t = 2000)]
     pub archive_timeout_ms: u64,
+    /// On SIGTERM or Ctrl-C: finish requests in flight, exit at the latest
+    /// after this many seconds.
+    #[arg(long, env = "SHUTDOWN_GRACE_SECS", default_value_t = 10)]
+    pub shutdown_grace_secs: u64,
 }
 
 impl Config {
@@ -50,6 +54,7 @@ impl Config {
             max_delay_ms: 0,
             clean_all: false,
             archive_timeout_ms: 1000,
+            shutdown_grace_secs: 10,
         }
     }
 }

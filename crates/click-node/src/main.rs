@@ -12,7 +12,21 @@ async fn main() -> anyhow::Result<()> {
     let node = Node::new(&config)?;
     let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port)).await?;
     tracing::info!(name = %config.name, addr = %listener.local_addr()?, "click-node listening");
-    click_node::serve(listener, node, shutdown_signal()).await?;
+    // Graceful, within a deadline: a client holding a half-sent request
+    // must not keep the process alive past it.
+    let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = click_node::serve(listener, node, async move {
+        shutdown_signal().await;
+        let _ = stopping.send(());
+    });
+    let grace = std::time::Duration::from_secs(config.shutdown_grace_secs);
+    tokio::select! {
+        result = server => result?,
+        _ = async {
+            let _ = stopped.await;
+            tokio::time::sleep(grace).await;
+        } => tracing::warn!("connections still open after the grace period; exiting"),
+    }
     Ok(())
 }
 
