@@ -94,7 +94,9 @@ impl Router {
                 }
                 Err(source) => {
                     warn!(node = %entry.address, error = %source, "/process failed; node marked down");
-                    self.admin.mark_down(&entry).await;
+                    self.admin
+                        .mark_down(&entry, &format!("/process failed: {source}"))
+                        .await;
                     last = Some(RouteError::NodeFailed {
                         node: entry.address.clone(),
                         source,

@@ -166,7 +166,13 @@ impl Application {
         let pending_nodes = register_nodes(&admin, initial_nodes).await;
         Ok(Self {
             listener,
-            health: HealthChecker::new(admin, client, config.health_rise, config.health_fall),
+            health: HealthChecker::new(
+                admin,
+                client,
+                config.health_rise,
+                config.health_fall,
+                config.health_check_interval(),
+            ),
             fences,
             sweeper,
             rebuilder,

@@ -153,3 +153,104 @@ async fn a_fence_watcher_that_dies_is_restarted_and_the_replica_is_not_ready_mea
     }
     assert_eq!(app.press(&session).await.clicks(), 2);
 }
+
+#[tokio::test]
+async fn a_second_address_of_a_registered_node_is_refused_and_its_counts_are_intact() {
+    let (app, nodes) = spawn_cluster(1).await;
+    let node = &nodes[0];
+    let session = unique("alias");
+    for expected in 1..=3 {
+        assert_eq!(app.press(&session).await.clicks(), expected);
+    }
+    let alias = format!("http://localhost:{}", node.addr.port());
+    let (status, body) = app
+        .node_command(serde_json::json!({ "action": "add", "address": alias }))
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["code"], "node_alias");
+    assert_eq!(app.nodes().await.len(), 1);
+    assert_eq!(node.node.session_count().await, 1, "the node was wiped");
+    assert_eq!(app.press(&session).await.clicks(), 4);
+}
+
+#[tokio::test]
+async fn an_address_that_does_not_speak_http_is_registered_down_with_the_reason() {
+    let (app, _nodes) = spawn_cluster(1).await;
+    // Redis's port: it answers, but not HTTP.
+    let (status, body) = app
+        .node_command(serde_json::json!({ "action": "add", "address": "http://127.0.0.1:6379" }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["state"], "down");
+    let listed = app.nodes().await;
+    let redis = listed
+        .iter()
+        .find(|n| n["address"] == "http://127.0.0.1:6379")
+        .unwrap();
+    assert_eq!(redis["state"], "down");
+    let reason = redis["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("health check"), "{redis}");
+    let (status, _) = app
+        .node_command(serde_json::json!({ "action": "add", "address": format!("http://{}.example", "a".repeat(260)) }))
+        .await;
+    assert_eq!(status, 400, "a host longer than 253 bytes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_restarted_is_taken_down_since_its_counts_are_gone() {
+    let mut config = test_config();
+    config.health_rise = 50; // stays down long enough to be looked at
+    let app = spawn_app_with(config).await;
+    let mut nodes = start_nodes(&app, 1, false).await;
+    let session = unique("restarted");
+    for expected in 1..=3 {
+        assert_eq!(app.press(&session).await.clicks(), expected);
+    }
+    nodes[0].restart(); // same address, new process: a new instance id
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let node = loop {
+        let node = app.nodes().await.remove(0);
+        if node["state"] == "down" {
+            break node;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never taken down: {node}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        node["reason"].as_str().unwrap().contains("restarted"),
+        "{node}"
+    );
+    assert_eq!(
+        app.ctx.store.lookup(&session).await.unwrap(),
+        None,
+        "its sessions moved off it"
+    );
+}
+
+#[tokio::test]
+async fn a_blackholed_postgres_answers_503_within_about_a_second() {
+    common::ensure_database().await;
+    let postgres = common::TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
+    let app = spawn_app_with(common::through_postgres_proxy(test_config(), &postgres)).await;
+    let _nodes = start_nodes(&app, 1, false).await;
+    assert_eq!(app.press(&unique("pg-warm")).await.clicks(), 1);
+    postgres.blackhole();
+    // A new session needs the archive (its fold): a fast, clear 503.
+    for _ in 0..3 {
+        let started = tokio::time::Instant::now();
+        let answer = app.press(&unique("pg-blackholed")).await;
+        assert_eq!(answer.status, 503, "{answer:?}");
+        assert!(answer.body.contains("archive_unavailable"), "{answer:?}");
+        assert!(
+            started.elapsed() < Duration::from_millis(1500),
+            "took {:?}",
+            started.elapsed()
+        );
+    }
+    postgres.restore();
+    let answer = common::press_until_ok(&app, &unique("pg-back")).await;
+    assert_eq!(answer.clicks(), 1);
+}

@@ -21,8 +21,8 @@ pub enum ApiError {
     Unauthorized,
     #[error("{0}")]
     NotFound(String),
-    #[error("{0}")]
-    Conflict(String),
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
     #[error("the request body is larger than {0} bytes")]
     PayloadTooLarge(usize),
     #[error("the request body must be JSON in UTF-8 (Content-Type: application/json)")]
@@ -57,7 +57,7 @@ impl ApiError {
             ApiError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
-            ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::UnsupportedMediaType => {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
@@ -159,7 +159,14 @@ impl From<AdminError> for ApiError {
                 ApiError::bad_request("invalid_node", e.to_string())
             }
             AdminError::UnknownNode(_) => ApiError::NotFound(e.to_string()),
-            AdminError::Busy(_) => ApiError::Conflict(e.to_string()),
+            AdminError::Busy(_) => ApiError::Conflict {
+                code: "conflict",
+                message: e.to_string(),
+            },
+            AdminError::Alias { .. } => ApiError::Conflict {
+                code: "node_alias",
+                message: e.to_string(),
+            },
             AdminError::Store(source) => redis_unavailable(&source),
             AdminError::Archive(source) => archive_unavailable(&source),
             AdminError::Clean(source) => clean_failed(&source),

@@ -362,6 +362,10 @@ impl NodeCleaner {
             if let Err(error) = down {
                 return error.into();
             }
+            let reason = format!("did not answer a clean: {source}");
+            if let Err(error) = self.store.set_node_notes(addr, &reason, None).await {
+                return error.into();
+            }
             metrics::counter!("nodes_control_nodes_marked_down_total").increment(1);
             if let Err(error) = self.move_sessions_off(addr).await {
                 return error;

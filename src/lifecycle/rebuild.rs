@@ -165,6 +165,9 @@ impl Rebuilder {
                 weight: member.weight.max(1) as u32,
                 state,
                 active_sessions: 0,
+                instance: member.instance.clone(),
+                reason: (!answered)
+                    .then(|| "did not answer during the registry rebuild".to_owned()),
             };
             self.store.register_node(&record, true).await?;
             self.cleaner.table().upsert(&record);

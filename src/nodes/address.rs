@@ -8,6 +8,9 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct NodeAddress(String);
 
+/// Longest DNS name (RFC 1035).
+pub const MAX_HOST_BYTES: usize = 253;
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid node address {input:?}: {reason}")]
 pub struct AddressError {
@@ -33,6 +36,9 @@ impl NodeAddress {
             .host_str()
             .filter(|h| !h.is_empty())
             .ok_or_else(|| fail("it has no host"))?;
+        if host.len() > MAX_HOST_BYTES {
+            return Err(fail("the host name is longer than 253 bytes"));
+        }
         if !url.username().is_empty() || url.password().is_some() {
             return Err(fail("it must not carry user-info"));
         }
@@ -57,6 +63,25 @@ impl NodeAddress {
 
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The socket addresses the node's host resolves to (with the scheme's
+    /// default port); empty if it does not resolve.
+    pub async fn resolve(&self) -> Vec<std::net::SocketAddr> {
+        let Ok(url) = url::Url::parse(&self.0) else {
+            return Vec::new();
+        };
+        let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
+            return Vec::new();
+        };
+        // `host_str` keeps an IPv6 host in brackets, as `host:port` needs.
+        let host = host.to_owned();
+        let lookup = tokio::net::lookup_host(format!("{host}:{port}"));
+        let resolved = tokio::time::timeout(std::time::Duration::from_secs(2), lookup).await;
+        match resolved {
+            Ok(Ok(addrs)) => addrs.collect(),
+            _ => Vec::new(),
+        }
     }
 
     /// `host:port` (with the scheme's default port), the default node name.
@@ -107,6 +132,7 @@ mod tests {
             "http://node1#frag",
             "http://",
             "not a url",
+            &format!("http://{}.example:80", "a".repeat(250)),
         ] {
             assert!(NodeAddress::parse(bad).is_err(), "{bad:?} was accepted");
         }

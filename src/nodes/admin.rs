@@ -8,7 +8,7 @@ use serde::Serialize;
 use tracing::{info, warn};
 
 use super::address::{AddressError, NodeAddress};
-use super::client::{NodeCallError, NodeClient, NodeHealth};
+use super::client::{NodeClient, NodeHealth};
 use super::table::{NodeEntry, NodeTable};
 use crate::archive::{Archive, ArchiveError, Member};
 use crate::lifecycle::lock::{detached, with_node_lock, LOCK_WAIT};
@@ -29,6 +29,8 @@ pub enum AdminError {
     UnknownNode(String),
     #[error("another operation on node {0} is still running; try again")]
     Busy(String),
+    #[error("{address} is the same node as the registered {existing}; remove that one first to change its address")]
+    Alias { address: String, existing: String },
     #[error("the registry is being rebuilt after Redis lost its data; try again")]
     Rebuilding,
     #[error(transparent)]
@@ -51,6 +53,9 @@ pub struct NodeView {
     pub active_sessions: i64,
     /// Presses of *this replica* in flight to the node.
     pub in_flight: u64,
+    /// Why the node is down, when it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// What removing a node did, for the log and the tests.
@@ -121,16 +126,31 @@ impl NodeAdmin {
             if let Some(existing) = this.store.get_node(&addr).await? {
                 return this.re_add(existing, requested_weight).await;
             }
+            // One node, one registration (DESIGN §4.13): refused before
+            // anything is sent that would change the node.
+            let health = this.client.health(&addr).await;
+            this.refuse_alias(&addr, health.as_ref().ok()).await?;
             // Whatever an earlier life of this node may still archive is
             // fenced out before it counts for us again.
             this.archive.fence_failed_node(&addr).await?;
-            let (state, health) = match this.wipe(&addr).await {
-                Ok(health) => (NodeState::Up, health),
-                Err(error) => {
-                    warn!(node = %addr, %error, "new node does not answer; registering it down");
-                    (NodeState::Down, NodeHealth::default())
-                }
+            let (state, health, reason) = match health {
+                Ok(health) => match this.client.clean(&addr, false, None, None).await {
+                    Ok(_) => (NodeState::Up, health, None),
+                    Err(error) => (
+                        NodeState::Down,
+                        health,
+                        Some(format!("could not be wiped: {error}")),
+                    ),
+                },
+                Err(error) => (
+                    NodeState::Down,
+                    NodeHealth::default(),
+                    Some(format!("did not answer its first health check: {error}")),
+                ),
             };
+            if let Some(reason) = &reason {
+                warn!(node = %addr, %reason, "new node registered down");
+            }
             // The admin's name, else the node's own, else host:port.
             let name = name.or(health.name).unwrap_or(host_port);
             let record = NodeRecord {
@@ -139,6 +159,8 @@ impl NodeAdmin {
                 weight: requested_weight.unwrap_or(1),
                 state,
                 active_sessions: 0,
+                instance: health.instance.clone(),
+                reason,
             };
             // Postgres first: a node Redis knows is always one a rebuild knows.
             this.archive
@@ -232,6 +254,7 @@ impl NodeAdmin {
                     state: r.state,
                     active_sessions: r.active_sessions,
                     in_flight,
+                    reason: r.reason.filter(|_| r.state == NodeState::Down),
                 }
             })
             .collect())
@@ -245,7 +268,7 @@ impl NodeAdmin {
     }
 
     /// Takes a failed node out of placement and press routing, on every replica.
-    pub async fn mark_down(&self, entry: &NodeEntry) {
+    pub async fn mark_down(&self, entry: &NodeEntry, reason: &str) {
         entry.set_state(NodeState::Down);
         match self
             .store
@@ -258,13 +281,54 @@ impl NodeAdmin {
         {
             Ok(Some(_)) => {
                 metrics::counter!("nodes_control_nodes_marked_down_total").increment(1);
-                warn!(node = %entry.address, name = %entry.name, "node marked down");
+                warn!(node = %entry.address, name = %entry.name, %reason, "node marked down");
+                if let Err(error) = self
+                    .store
+                    .set_node_notes(&entry.address, reason, None)
+                    .await
+                {
+                    warn!(node = %entry.address, %error, "could not record why the node is down");
+                }
             }
             Ok(None) => {}
             Err(error) => {
                 warn!(node = %entry.address, %error, "could not record the node down in Redis")
             }
         }
+    }
+
+    /// Refuses a second address of a registered node: one that resolves to
+    /// a socket address a registered node resolves to, or that reports the
+    /// instance id of a registered node.
+    async fn refuse_alias(
+        &self,
+        addr: &str,
+        health: Option<&NodeHealth>,
+    ) -> Result<(), AdminError> {
+        let address = NodeAddress::parse(addr)?;
+        let mine = address.resolve().await;
+        for other in self.store.list_nodes().await? {
+            if other.address == addr {
+                continue;
+            }
+            let same_instance = health
+                .and_then(|h| h.instance.as_ref())
+                .is_some_and(|i| other.instance.as_ref() == Some(i));
+            let same_socket = match NodeAddress::parse(&other.address) {
+                Ok(other_address) => {
+                    let theirs = other_address.resolve().await;
+                    mine.iter().any(|a| theirs.contains(a))
+                }
+                Err(_) => false,
+            };
+            if same_instance || same_socket {
+                return Err(AdminError::Alias {
+                    address: addr.to_owned(),
+                    existing: other.address,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Moves the sessions of a node declared down off it, under its fence.
@@ -289,22 +353,28 @@ impl NodeAdmin {
                     return Ok(false);
                 }
             };
-            this.archive.set_member_state(addr, NodeState::Up.as_str()).await?;
-            if let Some(old) = this.store.set_node_state(addr, NodeState::Up, &[NodeState::Down]).await? {
-                info!(node = %addr, from = %old, sessions_dropped = dropped, "node recovered and wiped");
+            let instance = this.client.health(addr).await.ok().and_then(|h| h.instance);
+            this.archive
+                .set_member_state(addr, NodeState::Up.as_str())
+                .await?;
+            this.store
+                .set_node_notes(addr, "", instance.as_deref())
+                .await?;
+            if let Some(old) = this
+                .store
+                .set_node_state(addr, NodeState::Up, &[NodeState::Down])
+                .await?
+            {
+                info!(
+                    node = %addr, from = %old, sessions_dropped = dropped,
+                    reason = "answered its health checks again; its counts are stale",
+                    "node recovered and wiped"
+                );
             }
             this.refresh().await?;
             Ok(true)
         })
         .await
-    }
-
-    /// Health check, then `/clean archive=false`; returns what the node
-    /// says of itself.
-    async fn wipe(&self, addr: &str) -> Result<NodeHealth, NodeCallError> {
-        let health = self.client.health(addr).await?;
-        self.client.clean(addr, false, None, None).await?;
-        Ok(health)
     }
 
     /// Runs `op` holding the node's lock, in a task of its own: an admin

@@ -1,6 +1,11 @@
 //! Active health checks: every node's `/health` is probed each interval.
 //! `fall` failures in a row take an up node down; `rise` successes in a row
-//! bring a down node back (after a wipe, see [`NodeAdmin::recover`]).
+//! bring a down node back (after a wipe, see [`NodeAdmin::recover`]). A down
+//! node is probed with back-off (doubling up to [`MAX_BACKOFF_MS`]), so an
+//! address that answers something other than HTTP is not hammered. A node
+//! that reports another instance id than at its last wipe restarted: its
+//! counts are gone, so it is taken down and its sessions restore from the
+//! archive, as after any failure.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -9,8 +14,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::admin::NodeAdmin;
-use super::client::NodeClient;
-use crate::store::NodeState;
+use super::client::{NodeClient, NodeHealth};
+use super::table::NodeEntry;
+use crate::store::{now_ms, NodeState};
+
+/// Longest wait between two probes of a down node.
+pub const MAX_BACKOFF_MS: u64 = 30_000;
 
 /// What one round of checks changed.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -25,25 +34,43 @@ pub struct HealthChecker {
     client: NodeClient,
     rise: u32,
     fall: u32,
+    interval: Duration,
 }
 
 impl HealthChecker {
-    pub fn new(admin: NodeAdmin, client: NodeClient, rise: u32, fall: u32) -> Self {
+    pub fn new(
+        admin: NodeAdmin,
+        client: NodeClient,
+        rise: u32,
+        fall: u32,
+        interval: Duration,
+    ) -> Self {
         Self {
             admin,
             client,
             rise: rise.max(1),
             fall: fall.max(1),
+            interval,
         }
     }
 
-    /// One round: refresh the view, probe every node concurrently, act.
+    /// One round: refresh the view, probe every node that is due
+    /// concurrently, act.
     pub async fn check_once(&self) -> HealthReport {
         if let Err(error) = self.admin.refresh().await {
             warn!(%error, "health check could not refresh the node list");
             return HealthReport::default();
         }
-        let entries = self.admin.table().all();
+        let now = now_ms();
+        let entries: Vec<_> = self
+            .admin
+            .table()
+            .all()
+            .into_iter()
+            .filter(|e| {
+                e.state() != NodeState::Down || e.next_probe_ms.load(Ordering::Acquire) <= now
+            })
+            .collect();
         let probes = entries.iter().map(|e| self.client.health(&e.address));
         let results = futures::future::join_all(probes).await;
         let mut report = HealthReport::default();
@@ -52,42 +79,76 @@ impl HealthChecker {
             metrics::gauge!("nodes_control_node_healthy", "node" => entry.name.clone()).set(up);
             metrics::gauge!("nodes_control_node_in_flight", "node" => entry.name.clone())
                 .set(entry.in_flight() as f64);
-            let (fails, oks) = if result.is_ok() {
-                entry.health_fails.store(0, Ordering::Relaxed);
-                (0, entry.health_oks.fetch_add(1, Ordering::Relaxed) + 1)
-            } else {
-                entry.health_oks.store(0, Ordering::Relaxed);
-                (entry.health_fails.fetch_add(1, Ordering::Relaxed) + 1, 0)
-            };
-            match entry.state() {
-                NodeState::Up | NodeState::Draining if fails >= self.fall => {
-                    warn!(node = %entry.address, "health check failed {fails} times in a row");
-                    self.admin.mark_down(entry).await;
-                    // Its sessions move now, not at their next press.
-                    let (admin, addr) = (self.admin.clone(), entry.address.clone());
-                    tokio::spawn(async move {
-                        if let Err(error) = admin.fail_over(&addr).await {
-                            warn!(node = %addr, %error, "failover after failed health checks did not complete; presses retry it");
-                        }
-                    });
-                    report.marked_down.push(entry.address.clone());
-                }
-                NodeState::Down if oks >= self.rise => {
-                    match self.admin.recover(&entry.address).await {
-                        Ok(true) => report.recovered.push(entry.address.clone()),
-                        Ok(false) => {}
-                        Err(error) => {
-                            warn!(node = %entry.address, %error, "recovering node failed")
-                        }
-                    }
-                }
-                _ => {}
+            match result {
+                Ok(health) => self.healthy(entry, &health, &mut report).await,
+                Err(error) => self.unhealthy(entry, &error.to_string(), &mut report).await,
             }
         }
         report
     }
 
-    /// Runs [`check_once`](Self::check_once) every `interval` until cancelled.
+    async fn healthy(&self, entry: &NodeEntry, health: &NodeHealth, report: &mut HealthReport) {
+        entry.health_fails.store(0, Ordering::Relaxed);
+        entry.probe_backoff_ms.store(0, Ordering::Relaxed);
+        let oks = entry.health_oks.fetch_add(1, Ordering::Relaxed) + 1;
+        let restarted = match (entry.instance(), &health.instance) {
+            (Some(recorded), Some(reported)) => &recorded != reported,
+            _ => false,
+        };
+        match entry.state() {
+            NodeState::Up | NodeState::Draining if restarted => {
+                self.take_down(
+                    entry,
+                    "restarted: it reports a new instance id, so its counts are gone",
+                    report,
+                )
+                .await;
+            }
+            NodeState::Down if oks >= self.rise => match self.admin.recover(&entry.address).await {
+                Ok(true) => report.recovered.push(entry.address.clone()),
+                Ok(false) => {}
+                Err(error) => warn!(node = %entry.address, %error, "recovering node failed"),
+            },
+            _ => {}
+        }
+    }
+
+    async fn unhealthy(&self, entry: &NodeEntry, error: &str, report: &mut HealthReport) {
+        entry.health_oks.store(0, Ordering::Relaxed);
+        let fails = entry.health_fails.fetch_add(1, Ordering::Relaxed) + 1;
+        match entry.state() {
+            NodeState::Up | NodeState::Draining if fails >= self.fall => {
+                let reason = format!("failed {fails} health checks in a row: {error}");
+                self.take_down(entry, &reason, report).await;
+            }
+            NodeState::Down => {
+                let interval = self.interval.as_millis() as u64;
+                let backoff = (entry.probe_backoff_ms.load(Ordering::Relaxed) * 2)
+                    .clamp(interval, MAX_BACKOFF_MS.max(interval));
+                entry.probe_backoff_ms.store(backoff, Ordering::Relaxed);
+                entry
+                    .next_probe_ms
+                    .store(now_ms() + backoff as i64, Ordering::Release);
+            }
+            _ => {}
+        }
+    }
+
+    /// Marks the node down and moves its sessions off it now, not at their
+    /// next press.
+    async fn take_down(&self, entry: &NodeEntry, reason: &str, report: &mut HealthReport) {
+        warn!(node = %entry.address, %reason, "health check takes the node down");
+        self.admin.mark_down(entry, reason).await;
+        let (admin, addr) = (self.admin.clone(), entry.address.clone());
+        tokio::spawn(async move {
+            if let Err(error) = admin.fail_over(&addr).await {
+                warn!(node = %addr, %error, "failover after failed health checks did not complete; presses retry it");
+            }
+        });
+        report.marked_down.push(entry.address.clone());
+    }
+
+    /// Runs [`check_once`](Self::check_once) every interval until cancelled.
     pub async fn run(self, interval: Duration, cancel: CancellationToken) {
         crate::periodic::every(interval, cancel, || async {
             self.check_once().await;

@@ -44,6 +44,13 @@ pub struct NodeEntry {
     /// Consecutive health-check results, for rise/fall hysteresis.
     pub(crate) health_fails: AtomicU32,
     pub(crate) health_oks: AtomicU32,
+    /// A down node is probed with back-off: not before this (ms since the
+    /// epoch), and the current back-off.
+    pub(crate) next_probe_ms: std::sync::atomic::AtomicI64,
+    pub(crate) probe_backoff_ms: AtomicU64,
+    /// The instance id recorded at the node's last wipe. A std mutex,
+    /// never held across an await.
+    instance: std::sync::Mutex<Option<String>>,
 }
 
 impl NodeEntry {
@@ -64,7 +71,18 @@ impl NodeEntry {
             failover: tokio::sync::Mutex::new(()),
             health_fails: AtomicU32::new(0),
             health_oks: AtomicU32::new(0),
+            next_probe_ms: std::sync::atomic::AtomicI64::new(0),
+            probe_backoff_ms: AtomicU64::new(0),
+            instance: std::sync::Mutex::new(record.instance.clone()),
         })
+    }
+
+    /// The instance id recorded at the node's last wipe, if it reports one.
+    pub fn instance(&self) -> Option<String> {
+        self.instance
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub fn weight(&self) -> u32 {
@@ -252,6 +270,7 @@ impl NodeTable {
             Some(entry) => {
                 entry.set_state(record.state);
                 entry.set_weight(record.weight);
+                *entry.instance.lock().unwrap_or_else(|e| e.into_inner()) = record.instance.clone();
             }
             None => {
                 if let Some(entry) = NodeEntry::new(record, &self.loads, &self.version) {

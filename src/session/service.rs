@@ -193,7 +193,9 @@ impl SessionService {
                     // Recorded while we still hold the gate: a clean waiting
                     // for it then sees the node down and never asks it to
                     // archive counts that may include this press.
-                    self.admin.mark_down(&entry).await;
+                    self.admin
+                        .mark_down(&entry, &format!("a press failed: {error}"))
+                        .await;
                     if let Some((node, source)) = failed {
                         return Err(PressError::NodeFailed { node, source });
                     }

@@ -78,7 +78,7 @@ impl SessionStore {
         let client = redis::Client::open(redis_url).context("parsing REDIS_URL")?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(1)))
-            .set_response_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(1)))
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_millis(500));
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)

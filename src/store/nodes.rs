@@ -54,6 +54,11 @@ pub struct NodeRecord {
     pub weight: u32,
     pub state: NodeState,
     pub active_sessions: i64,
+    /// The instance id the node reported when it was last wiped, if any:
+    /// a node reporting another one restarted and lost its counts.
+    pub instance: Option<String>,
+    /// Why the node is down, when it is.
+    pub reason: Option<String>,
 }
 
 impl SessionStore {
@@ -78,6 +83,8 @@ impl SessionStore {
             .arg(node.state.as_str())
             .arg(now_ms())
             .arg(if rebuilding { "1" } else { "0" })
+            .arg(node.instance.as_deref().unwrap_or(""))
+            .arg(node.reason.as_deref().unwrap_or(""))
             .invoke_async(&mut self.conn())
             .await
             .context("registering a node in Redis")?;
@@ -110,6 +117,30 @@ impl SessionStore {
             .await
             .context("changing a node's state in Redis")?;
         Ok(old.and_then(|s| s.parse().ok()))
+    }
+
+    /// Records why a node is down ("" clears it) and, when given, the
+    /// instance id it reports; only for a registered node.
+    pub async fn set_node_notes(
+        &self,
+        address: &str,
+        reason: &str,
+        instance: Option<&str>,
+    ) -> StoreResult<()> {
+        redis::Script::new(
+            "if redis.call('EXISTS', KEYS[1]) == 1 then
+               redis.call('HSET', KEYS[1], 'reason', ARGV[1])
+               if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'instance', ARGV[2]) end
+             end
+             return 0",
+        )
+        .key(self.key(&["node", address]))
+        .arg(reason)
+        .arg(instance.unwrap_or(""))
+        .invoke_async::<i64>(&mut self.conn())
+        .await
+        .context("recording a node's state notes in Redis")?;
+        Ok(())
     }
 
     pub async fn set_node_weight(&self, address: &str, weight: u32) -> StoreResult<()> {
@@ -234,5 +265,7 @@ fn record_from_fields(address: &str, fields: Vec<(String, String)>) -> Option<No
             .and_then(|s| s.parse().ok())
             .unwrap_or(NodeState::Down),
         active_sessions: get("sessions").and_then(|s| s.parse().ok()).unwrap_or(0),
+        instance: get("instance").filter(|i| !i.is_empty()).map(str::to_owned),
+        reason: get("reason").filter(|r| !r.is_empty()).map(str::to_owned),
     })
 }
