@@ -254,3 +254,45 @@ async fn a_blackholed_postgres_answers_503_within_about_a_second() {
     let answer = common::press_until_ok(&app, &unique("pg-back")).await;
     assert_eq!(answer.clicks(), 1);
 }
+
+/// Sends `raw` on a fresh connection and returns the status line.
+async fn raw_status(address: &str, raw: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    stream.write_all(raw.as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    String::from_utf8_lossy(&answer[..n])
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_request_with_both_content_length_and_transfer_encoding_is_refused() {
+    let (app, _nodes) = spawn_cluster(1).await;
+    let session = unique("smuggle");
+    let body = format!(r#"{{"session_id":"{session}"}}"#);
+    let both = format!(
+        "POST /press HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
+        body.len(),
+        body.len()
+    );
+    assert!(raw_status(&app.address, &both).await.contains(" 400 "));
+    let plain = format!(
+        "POST /press HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    assert!(raw_status(&app.address, &plain).await.contains(" 200 "));
+    assert_eq!(
+        app.press(&session).await.clicks(),
+        2,
+        "the refused press was not counted"
+    );
+}

@@ -71,9 +71,32 @@ pub fn router(ctx: ApiContext) -> Router {
         .route("/metrics", get(health::metrics))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .layer(axum::middleware::from_fn_with_state(ctx.clone(), deadline))
+        .layer(axum::middleware::from_fn(no_transfer_encoding))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(TraceLayer::new_for_http())
         .with_state(ctx)
+}
+
+/// Bodies come with `Content-Length` only. hyper drops a `Content-Length`
+/// sent beside `Transfer-Encoding` before we see the request, so the pair
+/// that request smuggling relies on can only be refused by refusing
+/// `Transfer-Encoding` altogether; our bodies are a few bytes of JSON.
+async fn no_transfer_encoding(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if request
+        .headers()
+        .contains_key(axum::http::header::TRANSFER_ENCODING)
+    {
+        return ApiError::bad_request(
+            "transfer_encoding_refused",
+            "send the body with Content-Length; Transfer-Encoding is refused",
+        )
+        .into_response();
+    }
+    next.run(request).await
 }
 
 /// Every request within `REQUEST_TIMEOUT_MS` (504 past it). The work a
