@@ -135,7 +135,10 @@ impl NodeAdmin {
             this.archive.fence_failed_node(&addr).await?;
             let (state, health, reason) = match health {
                 Ok(health) => match this.client.clean(&addr, false, None, None).await {
-                    Ok(_) => (NodeState::Up, health, None),
+                    Ok(_) => {
+                        info!(node = %addr, reason = "new registration: counts from an earlier life would be wrong for us", "node wiped");
+                        (NodeState::Up, health, None)
+                    }
                     Err(error) => (
                         NodeState::Down,
                         health,
