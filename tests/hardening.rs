@@ -296,3 +296,36 @@ async fn a_request_with_both_content_length_and_transfer_encoding_is_refused() {
         "the refused press was not counted"
     );
 }
+
+#[tokio::test]
+async fn a_down_node_is_probed_with_back_off_not_every_interval() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use tokio::io::AsyncWriteExt;
+    // Answers every connection with something that is not HTTP, and counts them.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    let probes = Arc::new(AtomicUsize::new(0));
+    let counted = probes.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let _ = stream.write_all(b"-ERR not http\r\n").await;
+        }
+    });
+    let app = spawn_app_with(test_config()).await; // probes every 200 ms
+    let (status, body) = app
+        .node_command(serde_json::json!({ "action": "add", "address": address }))
+        .await;
+    assert_eq!(
+        (status, body["state"].as_str()),
+        (200, Some("down")),
+        "{body}"
+    );
+    let before = probes.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let during = probes.load(Ordering::SeqCst) - before;
+    // Every 200 ms would be 15; doubling from 200 ms is 4 or 5.
+    assert!(during <= 7, "{during} probes in 3 s");
+    assert!(during >= 2, "it is still probed: {during}");
+}
