@@ -15,7 +15,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::checker::{self, Report};
+use common::checker::{self, Finals, Report};
 use common::process::{NodeProcess, RedisProcess};
 use common::{database_url, spawn_app_with, unique, TcpProxy, TestApp};
 use nodes_control::Config;
@@ -64,6 +64,18 @@ fn config(ttl: u64) -> Config {
     config
 }
 
+/// Starts the checking client on `n` fresh sessions (one client task
+/// each) for `secs` seconds, in the background.
+fn start_load(
+    cluster: &Cluster,
+    tag: &str,
+    n: usize,
+    secs: u64,
+) -> tokio::task::JoinHandle<(Report, Finals)> {
+    let (urls, sessions) = (cluster.urls(), sessions(tag, n));
+    tokio::spawn(async move { checker::run(&urls, &sessions, n, Duration::from_secs(secs)).await })
+}
+
 fn sessions(tag: &str, n: usize) -> Vec<String> {
     let tag = unique(tag);
     (0..n).map(|i| format!("{tag}-{i}")).collect()
@@ -80,7 +92,7 @@ fn assert_never_above_truth(report: &Report) {
 }
 
 /// What must hold without a fault: exact counts, no error at all.
-fn assert_exact(report: &Report, finals: &std::collections::HashMap<String, (i64, i64)>) {
+fn assert_exact(report: &Report, finals: &Finals) {
     assert_never_above_truth(report);
     assert_eq!(
         report.errors.len(),
@@ -192,7 +204,7 @@ async fn sixty_four_connections_with_short_sessions_see_no_error() {
 /// least half as fast as before it.
 fn assert_bounded_node_fault(
     report: &Report,
-    finals: &std::collections::HashMap<String, (i64, i64)>,
+    finals: &Finals,
     faulty: &str,
     window: std::ops::Range<usize>,
 ) {
@@ -212,10 +224,7 @@ fn assert_bounded_node_fault(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_killed_and_restarted_costs_at_most_its_own_clicks() {
     let mut cluster = Cluster::start(config(3), 1, &database_url()).await;
-    let urls = cluster.urls();
-    let load = tokio::spawn(async move {
-        checker::run(&urls, &sessions("kill", 100), 100, Duration::from_secs(10)).await
-    });
+    let load = start_load(&cluster, "kill", 100, 10);
     tokio::time::sleep(Duration::from_secs(3)).await;
     cluster.nodes[0].kill();
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -231,10 +240,7 @@ async fn a_node_killed_and_restarted_costs_at_most_its_own_clicks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_node_never_pushes_a_count_above_the_truth_and_stalls_only_itself() {
     let cluster = Cluster::start(config(3), 1, &database_url()).await;
-    let urls = cluster.urls();
-    let load = tokio::spawn(async move {
-        checker::run(&urls, &sessions("hang", 100), 100, Duration::from_secs(14)).await
-    });
+    let load = start_load(&cluster, "hang", 100, 14);
     tokio::time::sleep(Duration::from_secs(3)).await;
     // Long enough for sweeps to send /clean to the stopped node and time
     // out: those cleans are processed when it wakes up, late.
@@ -250,21 +256,12 @@ async fn a_hung_node_never_pushes_a_count_above_the_truth_and_stalls_only_itself
 }
 
 /// Redis killed at 3 s and started again at 4 s, empty or from its AOF.
-async fn redis_restart(
-    aof: bool,
-) -> (
-    Report,
-    std::collections::HashMap<String, (i64, i64)>,
-    Duration,
-) {
+async fn redis_restart(aof: bool) -> (Report, Finals, Duration) {
     let mut redis = RedisProcess::start(aof);
     let mut config = config(3);
     config.redis_url = redis.url();
     let cluster = Cluster::start(config, 1, &database_url()).await;
-    let urls = cluster.urls();
-    let load = tokio::spawn(async move {
-        checker::run(&urls, &sessions("redis", 100), 100, Duration::from_secs(14)).await
-    });
+    let load = start_load(&cluster, "redis", 100, 14);
     tokio::time::sleep(Duration::from_secs(3)).await;
     redis.kill();
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -284,11 +281,7 @@ async fn redis_restart(
     (report, finals, resumed)
 }
 
-fn assert_redis_recovery(
-    report: &Report,
-    finals: &std::collections::HashMap<String, (i64, i64)>,
-    resumed: Duration,
-) {
+fn assert_redis_recovery(report: &Report, finals: &Finals, resumed: Duration) {
     assert_never_above_truth(report);
     assert_eq!(report.repeats, 0, "a session was reset or repeated");
     let beyond = report.loss_beyond(None, finals);
@@ -342,18 +335,13 @@ async fn redis_restarted_from_its_aof_loses_nothing() {
 
 /// Postgres (for the balancer and the nodes) cut or blackholed from 3 s
 /// to 6 s, sessions expiring all along.
-async fn postgres_outage(
-    blackhole: bool,
-) -> (Report, std::collections::HashMap<String, (i64, i64)>) {
+async fn postgres_outage(blackhole: bool) -> (Report, Finals) {
     common::ensure_database().await;
     let postgres = TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
     let config = common::through_postgres_proxy(config(3), &postgres);
     let node_database_url = config.database_url.clone();
     let cluster = Cluster::start(config, 1, &node_database_url).await;
-    let urls = cluster.urls();
-    let load = tokio::spawn(async move {
-        checker::run(&urls, &sessions("pg", 100), 100, Duration::from_secs(11)).await
-    });
+    let load = start_load(&cluster, "pg", 100, 11);
     tokio::time::sleep(Duration::from_secs(3)).await;
     if blackhole {
         postgres.blackhole();
@@ -365,10 +353,7 @@ async fn postgres_outage(
     load.await.unwrap()
 }
 
-fn assert_postgres_recovery(
-    report: &Report,
-    finals: &std::collections::HashMap<String, (i64, i64)>,
-) {
+fn assert_postgres_recovery(report: &Report, finals: &Finals) {
     assert_never_above_truth(report);
     assert_eq!(report.repeats, 0, "a session was reset or repeated");
     let beyond = report.loss_beyond(None, finals);

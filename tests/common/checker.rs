@@ -11,6 +11,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+/// Per session: (presses sent, final count), after the settling press.
+pub type Finals = HashMap<String, (i64, i64)>;
+
 /// One answer, as the checker saw it.
 #[derive(Debug, Clone)]
 pub struct Answer {
@@ -95,11 +98,7 @@ impl Report {
     /// Per session: clicks lost beyond what a fault may cost, i.e. beyond
     /// its presses served by `faulty` plus its presses that got no answer
     /// or an error. Returns the offenders.
-    pub fn loss_beyond(
-        &self,
-        faulty: Option<&str>,
-        finals: &HashMap<String, (i64, i64)>,
-    ) -> Vec<String> {
+    pub fn loss_beyond(&self, faulty: Option<&str>, finals: &Finals) -> Vec<String> {
         let mut allowed: HashMap<&str, i64> = HashMap::new();
         for answer in &self.answers {
             let on_faulty = faulty.is_some() && answer.served_by.as_deref() == faulty;
@@ -178,7 +177,7 @@ pub async fn run(
     sessions: &[String],
     workers: usize,
     duration: Duration,
-) -> (Report, HashMap<String, (i64, i64)>) {
+) -> (Report, Finals) {
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .pool_max_idle_per_host(workers)
@@ -186,10 +185,7 @@ pub async fn run(
         .unwrap();
     let started = Instant::now();
     let deadline = started + duration;
-    let chunks: Vec<Vec<String>> = sessions
-        .chunks(sessions.len().div_ceil(workers))
-        .map(|c| c.to_vec())
-        .collect();
+    let chunks = super::deal(sessions, workers);
     let tasks: Vec<_> = chunks
         .into_iter()
         .enumerate()
@@ -267,11 +263,7 @@ pub async fn run(
     (report, finals)
 }
 
-fn judge(
-    mut answers: Vec<Answer>,
-    finals: &HashMap<String, (i64, i64)>,
-    duration: Duration,
-) -> Report {
+fn judge(mut answers: Vec<Answer>, finals: &Finals, duration: Duration) -> Report {
     answers.sort_by_key(|a| a.at);
     let mut report = Report {
         presses: answers.len(),

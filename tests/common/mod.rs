@@ -54,6 +54,15 @@ pub async fn ensure_database() {
         .await;
 }
 
+/// Deals `sessions` out to `workers` (each session to one worker, so its
+/// presses are sequential and each answer can be judged).
+pub fn deal(sessions: &[String], workers: usize) -> Vec<Vec<String>> {
+    sessions
+        .chunks(sessions.len().div_ceil(workers))
+        .map(|c| c.to_vec())
+        .collect()
+}
+
 /// A unique tag for this test's keys and session ids.
 pub fn unique(tag: &str) -> String {
     format!("{tag}-{}", uuid::Uuid::new_v4().simple())

@@ -20,10 +20,7 @@ pub async fn press_for(
     duration: Duration,
 ) -> Answers {
     let deadline = tokio::time::Instant::now() + duration;
-    let chunks: Vec<Vec<String>> = sessions
-        .chunks(sessions.len().div_ceil(workers))
-        .map(|c| c.to_vec())
-        .collect();
+    let chunks = super::deal(sessions, workers);
     let tasks: Vec<_> = chunks
         .into_iter()
         .enumerate()
