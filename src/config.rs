@@ -12,6 +12,7 @@ pub const DEFAULT_SWEEP_INTERVAL_SECS: u64 = 10;
 pub const DEFAULT_NODE_TIMEOUT_MS: u64 = 5000;
 pub const DEFAULT_NODE_CONNECT_TIMEOUT_MS: u64 = 1000;
 pub const DEFAULT_ARCHIVE_TIMEOUT_MS: u64 = 1000;
+pub const DEFAULT_LEASE_MS: u64 = 3000;
 pub const DEFAULT_HEALTH_INTERVAL_MS: u64 = 2000;
 pub const DEFAULT_VIRTUAL_NODES: u32 = 150;
 
@@ -89,6 +90,10 @@ pub struct Config {
     /// cleans), and exit at the latest after this many seconds.
     #[arg(long, env = "SHUTDOWN_GRACE_SECS", default_value_t = 10)]
     pub shutdown_grace_secs: u64,
+    /// How long this replica trusts its cached session mappings after its
+    /// last contact with the fence channel (0 turns the cache off).
+    #[arg(long, env = "LEASE_MS", default_value_t = DEFAULT_LEASE_MS)]
+    pub lease_ms: u64,
     /// Serve `GET /metrics` only with the admin token.
     #[arg(long, env = "METRICS_REQUIRE_TOKEN", default_value_t = false)]
     pub metrics_require_token: bool,
@@ -173,6 +178,7 @@ impl Config {
             health_rise: 3,
             health_fall: 2,
             metrics_require_token: false,
+            lease_ms: DEFAULT_LEASE_MS,
             header_read_timeout_ms: 10_000,
             body_read_timeout_ms: 10_000,
             request_timeout_ms: 30_000,
@@ -204,6 +210,9 @@ impl Config {
             max_connections: self.max_connections.max(1),
             grace: Duration::from_secs(self.shutdown_grace_secs),
         }
+    }
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
     }
     pub fn archive_timeout(&self) -> Duration {
         Duration::from_millis(self.archive_timeout_ms.max(1))

@@ -12,9 +12,11 @@ use tracing::{info, warn};
 use crate::archive::Archive;
 use crate::config::Config;
 use crate::http::{self, ApiContext, Services};
+use crate::lifecycle::fence::Lease;
 use crate::lifecycle::{FenceWatcher, NodeCleaner, Rebuilder, Registry, Sweeper};
 use crate::nodes::{HealthChecker, NodeAddress, NodeAdmin, NodeClient, NodeTable, Selector};
 use crate::routing::Router;
+use crate::session::cache::MappingCache;
 use crate::session::SessionService;
 use crate::store::SessionStore;
 use crate::supervisor::Supervisor;
@@ -85,16 +87,19 @@ impl Application {
         let table = Arc::new(NodeTable::default());
         // Fence events (raises, lowers, acks) wake the cleaners waiting on them.
         let events = Arc::new(tokio::sync::Notify::new());
+        let lease = Arc::new(Lease::new(config.lease()));
         let cleaner = NodeCleaner::new(
             store.clone(),
             archive.clone(),
             client.clone(),
             table.clone(),
-            config.node_timeout(),
+            // A silent replica is waited out until its lease and any press
+            // it started under it are surely over.
+            config.node_timeout() + config.lease(),
             events.clone(),
         );
         let sweeper = Sweeper::new(store.clone(), cleaner.clone(), config.node_timeout());
-        let fences = FenceWatcher::new(store.clone(), table.clone(), events);
+        let fences = FenceWatcher::new(store.clone(), table.clone(), events, lease.clone());
         let rebuilder = Rebuilder::new(cleaner.clone());
         let admin = NodeAdmin::new(store.clone(), cleaner, client.clone());
         let placement = config.placement.strategy().map(|kind| {
@@ -125,6 +130,7 @@ impl Application {
             config.session_ttl(),
             config.node_timeout(),
             fences_followed.clone(),
+            MappingCache::new(lease),
         );
         let listener = TcpListener::bind(&config.listen_addr)
             .await
@@ -255,6 +261,22 @@ impl Application {
             cancel.clone(),
             None,
             move || sweeper.clone().run(sweep_interval, token.clone()),
+        );
+        let (sessions, token) = (self.ctx.sessions.clone(), cancel.clone());
+        supervisor.spawn(
+            &mut background,
+            "cache purge",
+            cancel.clone(),
+            None,
+            move || {
+                let sessions = sessions.clone();
+                crate::periodic::every(Duration::from_secs(10), token.clone(), move || {
+                    let sessions = sessions.clone();
+                    async move {
+                        sessions.purge_cache(crate::store::now_ms());
+                    }
+                })
+            },
         );
         let (rebuilder, token) = (self.rebuilder.clone(), cancel.clone());
         supervisor.spawn(

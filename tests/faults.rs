@@ -186,6 +186,44 @@ async fn two_replicas_alternating_with_a_removal_keep_counts_exact() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_serving_from_its_cache_never_serves_a_stale_mapping_while_another_removes_nodes_and_sweeps(
+) {
+    let shared = config(3);
+    let mut serving = shared.clone();
+    serving.sweep_interval_secs = 3600; // only the other replica sweeps
+    let mut cluster = Cluster::start(shared, 1, &database_url()).await;
+    let replica = Arc::new(spawn_app_with(serving).await);
+    cluster.apps.push(replica.clone());
+    let admin = cluster.apps[0].clone();
+    let (n2, n3) = (
+        cluster.nodes[1].address.clone(),
+        cluster.nodes[2].address.clone(),
+    );
+    let changes = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        admin.remove_node(&n2).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        admin.add_node(&n2, "n2").await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        admin.remove_node(&n3).await;
+    });
+    // Clients talk to the caching replica only.
+    let (report, finals) = checker::run(
+        std::slice::from_ref(&replica.address),
+        &sessions("cached", 100),
+        16,
+        Duration::from_secs(9),
+    )
+    .await;
+    changes.await.unwrap();
+    println!(
+        "{}",
+        report.summary("cache: another replica removes nodes and sweeps", None)
+    );
+    assert_exact(&report, &finals);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixty_four_connections_with_short_sessions_see_no_error() {
     let cluster = Cluster::start(config(3), 1, &database_url()).await;
     let (report, finals) = checker::run(

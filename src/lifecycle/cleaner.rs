@@ -77,12 +77,14 @@ pub struct NodeCleaner {
 }
 
 impl NodeCleaner {
+    /// `silence`: how long a replica may be silent and still be pressing a
+    /// node (a press's timeout plus how long it trusts its cache).
     pub fn new(
         store: SessionStore,
         archive: Archive,
         client: NodeClient,
         table: Arc<NodeTable>,
-        node_timeout: Duration,
+        silence: Duration,
         events: Arc<Notify>,
     ) -> Self {
         Self {
@@ -90,8 +92,8 @@ impl NodeCleaner {
             archive,
             client,
             table,
-            liveness: node_timeout + Duration::from_secs(1),
-            ack_timeout: node_timeout + Duration::from_secs(2),
+            liveness: silence + Duration::from_secs(1),
+            ack_timeout: silence + Duration::from_secs(2),
             events,
         }
     }

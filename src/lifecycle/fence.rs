@@ -25,6 +25,51 @@ use crate::store::{now_ms, FenceReason, NodeState, SessionStore, StoreResult};
 /// How often a replica heartbeats and re-reads the fences without being woken.
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
 
+/// This replica's lease on its cached mappings: fresh while its last
+/// successful contact with the fence channel (a heartbeat and a read of the
+/// fences, timed from when it was *sent*) is younger than `LEASE_MS`.
+/// Cleaners wait out a silent replica for longer than that (see
+/// `NodeCleaner`), so a replica that cannot hear of a fence stops trusting
+/// its cache before anyone acts on the fence without it.
+#[derive(Debug)]
+pub struct Lease {
+    origin: std::time::Instant,
+    /// Milliseconds since `origin` of the last successful contact's start,
+    /// plus one (0: never).
+    renewed: std::sync::atomic::AtomicU64,
+    length: Duration,
+}
+
+impl Lease {
+    pub fn new(length: Duration) -> Self {
+        Self {
+            origin: std::time::Instant::now(),
+            renewed: std::sync::atomic::AtomicU64::new(0),
+            length,
+        }
+    }
+
+    pub fn length(&self) -> Duration {
+        self.length
+    }
+
+    /// Renews from a contact that started at `sent`.
+    fn renew(&self, sent: std::time::Instant) {
+        let at = sent.duration_since(self.origin).as_millis() as u64 + 1;
+        self.renewed
+            .fetch_max(at, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    pub fn is_fresh(&self) -> bool {
+        let renewed = self.renewed.load(std::sync::atomic::Ordering::Acquire);
+        if renewed == 0 {
+            return false;
+        }
+        let now = self.origin.elapsed().as_millis() as u64 + 1;
+        now.saturating_sub(renewed) < self.length.as_millis() as u64
+    }
+}
+
 #[derive(Clone)]
 pub struct FenceWatcher {
     store: SessionStore,
@@ -38,6 +83,8 @@ pub struct FenceWatcher {
     /// Serialises [`poll_once`](Self::poll_once) between the timer and the
     /// subscriber, so one fence is never taken twice.
     polling: Arc<tokio::sync::Mutex<()>>,
+    /// Renewed by every poll that succeeds (see [`Lease`]).
+    lease: Arc<Lease>,
 }
 
 /// A fence this replica has closed its gate for: its sequence number and
@@ -45,7 +92,12 @@ pub struct FenceWatcher {
 type HeldFence = (u64, oneshot::Sender<()>);
 
 impl FenceWatcher {
-    pub fn new(store: SessionStore, table: Arc<NodeTable>, events: Arc<Notify>) -> Self {
+    pub fn new(
+        store: SessionStore,
+        table: Arc<NodeTable>,
+        events: Arc<Notify>,
+        lease: Arc<Lease>,
+    ) -> Self {
         Self {
             store,
             table,
@@ -53,6 +105,7 @@ impl FenceWatcher {
             held: Arc::default(),
             events,
             polling: Arc::default(),
+            lease,
         }
     }
 
@@ -65,6 +118,7 @@ impl FenceWatcher {
     /// in the read that follows.
     pub async fn poll_once(&self) -> StoreResult<()> {
         let _one_at_a_time = self.polling.lock().await;
+        let sent = std::time::Instant::now();
         self.store.heartbeat(&self.replica, now_ms()).await?;
         let fences = self.store.fences().await?;
         let missing = {
@@ -90,6 +144,8 @@ impl FenceWatcher {
         for (node, seq, reason, released) in missing {
             self.close_gate(node, seq, reason, released).await;
         }
+        // Every fence raised before `sent` is being honoured now.
+        self.lease.renew(sent);
         Ok(())
     }
 

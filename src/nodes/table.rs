@@ -274,6 +274,11 @@ impl NodeTable {
             }
             None => {
                 if let Some(entry) = NodeEntry::new(record, &self.loads, &self.version) {
+                    // A node (re)appearing in this view may have been cleaned
+                    // while we did not know it (a removal and re-add, a
+                    // rebuilt registry): mappings read before now are void.
+                    let epoch = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+                    entry.cleaned_at.store(epoch, Ordering::Release);
                     entries.insert(record.address.clone(), Arc::new(entry));
                     self.version.fetch_add(1, Ordering::AcqRel);
                 }

@@ -1,6 +1,7 @@
 //! The press flow: find or place a session, forward the press to its node,
 //! fail over once when the node fails. Testable without HTTP.
 
+pub mod cache;
 mod id;
 mod service;
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
+use super::cache::MappingCache;
 use super::SessionId;
 use crate::archive::{Archive, ArchiveError};
 use crate::lifecycle::{CleanError, Sweeper};
@@ -66,6 +67,8 @@ pub struct SessionService {
     /// Whether this replica's fence watcher is running: without it a press
     /// could reach a node another replica is cleaning (DESIGN §4.7).
     fences_followed: Arc<AtomicBool>,
+    /// Mappings already read, trusted while the lease is fresh.
+    cache: Arc<MappingCache>,
 }
 
 /// What happened to one attempt at a node.
@@ -84,6 +87,7 @@ impl SessionService {
         ttl: Duration,
         node_timeout: Duration,
         fences_followed: Arc<AtomicBool>,
+        cache: MappingCache,
     ) -> Self {
         Self {
             store: admin.cleaner().store().clone(),
@@ -95,6 +99,7 @@ impl SessionService {
             ttl,
             budget: node_timeout * 3 + Duration::from_secs(2),
             fences_followed,
+            cache: Arc::new(cache),
         }
     }
 
@@ -111,9 +116,12 @@ impl SessionService {
         }
         let deadline = Instant::now() + self.budget;
         // The clean epoch is read before the mapping: a clean of the node
-        // that ends after this point makes us read the mapping again.
-        let mut epoch = self.table().epoch();
-        let mut mapping = self.store.lookup(id).await?;
+        // that ends after this point makes us read the mapping again. From
+        // the cache, it is the epoch the cached mapping was read at.
+        let (mut mapping, mut epoch) = match self.cache.get(id, now_ms()) {
+            Some((cached, epoch)) => (Some(cached), epoch),
+            None => self.read(id).await?,
+        };
         let mut failed: Option<(String, NodeCallError)> = None;
         loop {
             if Instant::now() >= deadline {
@@ -130,8 +138,7 @@ impl SessionService {
                     .sweep_node(&current.node, id, now_ms())
                     .await
                     .map_err(expire_error)?;
-                epoch = self.table().epoch();
-                mapping = self.store.lookup(id).await?;
+                (mapping, epoch) = self.read(id).await?;
                 continue;
             }
             let entry = match self.entry(&current.node).await? {
@@ -140,8 +147,7 @@ impl SessionService {
                 // (DESIGN §4.10); then it is placed anew.
                 Some(entry) => {
                     self.fail_over(&entry, id, deadline).await?;
-                    epoch = self.table().epoch();
-                    mapping = self.store.lookup(id).await?;
+                    (mapping, epoch) = self.read(id).await?;
                     continue;
                 }
                 // Removed: nobody presses it any more; drop the mapping.
@@ -158,8 +164,9 @@ impl SessionService {
             // replica (its fence waits for us), so a mapping read now holds
             // until the press is answered.
             let current = if entry.cleaned_since(epoch) {
-                epoch = self.table().epoch();
-                match self.store.lookup(id).await? {
+                let (fresh, read_at) = self.read(id).await?;
+                epoch = read_at;
+                match fresh {
                     Some(m) if m.node == entry.address && m.expires_at_ms > now_ms() => m,
                     other => {
                         mapping = other;
@@ -204,10 +211,26 @@ impl SessionService {
                 }
             }
             drop((gate, in_flight));
+            self.cache.forget(id);
             self.fail_over(&entry, id, deadline).await?;
-            epoch = self.table().epoch();
-            mapping = self.store.lookup(id).await?;
+            (mapping, epoch) = self.read(id).await?;
         }
+    }
+
+    /// Reads the mapping from Redis (the epoch first) and caches it.
+    async fn read(&self, id: &str) -> Result<(Option<Mapping>, u64), PressError> {
+        let epoch = self.table().epoch();
+        let mapping = self.store.lookup(id).await?;
+        match &mapping {
+            Some(m) => self.cache.put(id, m, epoch),
+            None => self.cache.forget(id),
+        }
+        Ok((mapping, epoch))
+    }
+
+    /// Drops cached mappings of sessions that expired by `now_ms`.
+    pub fn purge_cache(&self, now_ms: i64) -> usize {
+        self.cache.purge_expired(now_ms)
     }
 
     /// Forwards the press, giving up as soon as the node is declared down
@@ -259,6 +282,7 @@ impl SessionService {
     /// node's next archive cannot overwrite clicks we counted), then the
     /// atomic placement with the folded total as base.
     async fn place(&self, id: &str, stale_node: Option<&str>) -> Result<Mapping, PressError> {
+        let epoch = self.table().epoch();
         let base = self.archive.fold_one(id).await?;
         let expires_at_ms = now_ms() + self.ttl.as_millis() as i64;
         // The strategy's choice is a preference: the script still places
@@ -278,6 +302,7 @@ impl SessionService {
                     metrics::counter!("nodes_control_sessions_placed_total").increment(1);
                     debug!(session = %id, node = %placement.mapping.node, base, "session placed");
                 }
+                self.cache.put(id, &placement.mapping, epoch);
                 Ok(placement.mapping)
             }
             Placed::NoNode => Err(PressError::NoNode),

@@ -240,13 +240,13 @@ pub async fn run(
         *sent += 1;
         let settle_by = Instant::now() + Duration::from_secs(15);
         let count = loop {
-            let (_, _, clicks, _) = press(&http, &urls[0], session).await;
+            let (status, code, clicks, _) = press(&http, &urls[0], session).await;
             if let Some(clicks) = clicks {
                 break clicks;
             }
             assert!(
                 Instant::now() < settle_by,
-                "{session} never answered after the run"
+                "{session} never answered after the run: {status} {code:?}"
             );
             // An unanswered settling press may or may not have counted:
             // count it as sent and try again.

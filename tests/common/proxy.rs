@@ -14,6 +14,8 @@ pub struct TcpProxy {
     /// When set, bytes are no longer forwarded and nothing is closed: a
     /// silent partition, as a dropped route or a stuck firewall makes it.
     blackholed: Arc<AtomicBool>,
+    /// Bytes sent towards the target so far.
+    bytes_up: Arc<std::sync::atomic::AtomicU64>,
     connections: Arc<Mutex<CancellationToken>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -24,10 +26,12 @@ impl TcpProxy {
         let addr = listener.local_addr().unwrap();
         let open = Arc::new(AtomicBool::new(true));
         let blackholed = Arc::new(AtomicBool::new(false));
+        let bytes_up = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let connections = Arc::new(Mutex::new(CancellationToken::new()));
         let task = tokio::spawn({
             let open = open.clone();
             let blackholed = blackholed.clone();
+            let bytes_up = bytes_up.clone();
             let connections = connections.clone();
             async move {
                 while let Ok((inbound, _)) = listener.accept().await {
@@ -37,13 +41,14 @@ impl TcpProxy {
                     }
                     let cancel = connections.lock().unwrap().clone();
                     let blackholed = blackholed.clone();
+                    let bytes_up = bytes_up.clone();
                     tokio::spawn(async move {
                         let Ok(outbound) = TcpStream::connect(target).await else {
                             return;
                         };
                         tokio::select! {
                             _ = cancel.cancelled() => {}
-                            _ = pipe(inbound, outbound, blackholed) => {}
+                            _ = pipe(inbound, outbound, blackholed, bytes_up) => {}
                         }
                     });
                 }
@@ -53,6 +58,7 @@ impl TcpProxy {
             addr,
             open,
             blackholed,
+            bytes_up,
             connections,
             task,
         }
@@ -71,6 +77,11 @@ impl TcpProxy {
         self.blackholed.store(false, Ordering::SeqCst);
     }
 
+    /// Bytes sent towards the target so far.
+    pub fn bytes_up(&self) -> u64 {
+        self.bytes_up.load(Ordering::SeqCst)
+    }
+
     /// Stops forwarding without closing anything: connections (old and
     /// new) stay open and silent until [`restore`](Self::restore).
     pub fn blackhole(&self) {
@@ -87,11 +98,21 @@ impl Drop for TcpProxy {
 
 /// Copies both ways; while `blackholed`, nothing moves (bytes wait, as TCP
 /// retransmits would, and flow again once the partition heals).
-async fn pipe(inbound: TcpStream, outbound: TcpStream, blackholed: Arc<AtomicBool>) {
+async fn pipe(
+    inbound: TcpStream,
+    outbound: TcpStream,
+    blackholed: Arc<AtomicBool>,
+    bytes_up: Arc<std::sync::atomic::AtomicU64>,
+) {
     let (mut in_read, mut in_write) = inbound.into_split();
     let (mut out_read, mut out_write) = outbound.into_split();
-    let up = copy_unless(&mut in_read, &mut out_write, blackholed.clone());
-    let down = copy_unless(&mut out_read, &mut in_write, blackholed);
+    let up = copy_unless(
+        &mut in_read,
+        &mut out_write,
+        blackholed.clone(),
+        Some(bytes_up),
+    );
+    let down = copy_unless(&mut out_read, &mut in_write, blackholed, None);
     tokio::select! {
         _ = up => {}
         _ = down => {}
@@ -102,6 +123,7 @@ async fn copy_unless(
     from: &mut (impl tokio::io::AsyncRead + Unpin),
     to: &mut (impl tokio::io::AsyncWrite + Unpin),
     blackholed: Arc<AtomicBool>,
+    counted: Option<Arc<std::sync::atomic::AtomicU64>>,
 ) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut buffer = vec![0u8; 16 * 1024];
@@ -115,6 +137,9 @@ async fn copy_unless(
         }
         if to.write_all(&buffer[..n]).await.is_err() {
             return;
+        }
+        if let Some(counted) = &counted {
+            counted.fetch_add(n as u64, Ordering::SeqCst);
         }
     }
 }
