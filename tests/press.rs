@@ -122,3 +122,88 @@ async fn press_without_any_node_is_503() {
     let body: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
     assert_eq!(body["code"], "no_node_available");
 }
+
+/// A node that closes a connection idle for 30 ms without saying so
+/// beforehand (as a node's idle timeout does to a pooled connection).
+async fn node_that_closes_idle_connections() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    let clicks = Arc::new(AtomicU64::new(0));
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let clicks = clicks.clone();
+            tokio::spawn(async move {
+                let mut buffer = vec![0u8; 8192];
+                // One request after another, until the connection has been
+                // idle for 30 ms: then it is closed, unannounced.
+                loop {
+                    let idle = std::time::Duration::from_millis(30);
+                    let Ok(Ok(n)) = tokio::time::timeout(idle, stream.read(&mut buffer)).await
+                    else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    let mut request = buffer[..n].to_vec();
+                    // The whole request: headers, then Content-Length bytes of body.
+                    loop {
+                        let text = String::from_utf8_lossy(&request).to_lowercase();
+                        if let Some(end) = text.find("\r\n\r\n") {
+                            let length = text
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length:"))
+                                .and_then(|v| v.trim().parse::<usize>().ok())
+                                .unwrap_or(0);
+                            if request.len() >= end + 4 + length {
+                                break;
+                            }
+                        }
+                        match stream.read(&mut buffer).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buffer[..n]),
+                        }
+                    }
+                    let head = String::from_utf8_lossy(&request).to_string();
+                    let body = if head.starts_with("POST /press") {
+                        format!(
+                            "You clicked {} times",
+                            clicks.fetch_add(1, Ordering::SeqCst) + 1
+                        )
+                    } else if head.starts_with("GET /health") {
+                        r#"{"status":"ok"}"#.to_owned()
+                    } else {
+                        "OK".to_owned()
+                    };
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if stream.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    address
+}
+
+#[tokio::test]
+async fn a_pooled_connection_the_node_closed_while_idle_is_not_a_node_failure() {
+    let app = common::spawn_app().await;
+    let node = node_that_closes_idle_connections().await;
+    app.add_node(&node, "closer").await;
+    let session = unique("idle-close");
+    for expected in 1..=20 {
+        let answer = app.press(&session).await;
+        assert_eq!(answer.status, 200, "press {expected}: {answer:?}");
+        assert_eq!(answer.clicks(), expected);
+        // Long enough for the node to close the connection the press used.
+        tokio::time::sleep(std::time::Duration::from_millis(80)).await;
+    }
+    assert_eq!(app.nodes().await[0]["state"], "up");
+}

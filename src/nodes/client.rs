@@ -14,6 +14,10 @@ use hyper_util::rt::TokioExecutor;
 
 use super::table::NodeEntry;
 
+static JSON: http::HeaderValue = http::HeaderValue::from_static("application/json");
+static PRESS_PATH: std::sync::LazyLock<http::Uri> =
+    std::sync::LazyLock::new(|| http::Uri::from_static("/press"));
+
 /// Largest node answer we read: `You clicked 2147483647 times` is 28 bytes.
 const MAX_PRESS_BODY: usize = 1024;
 /// Largest `/process` answer passed through.
@@ -84,6 +88,7 @@ pub struct NodeClient {
     hot: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
     admin: reqwest::Client,
     timeout: Duration,
+    connect_timeout: Duration,
 }
 
 impl NodeClient {
@@ -142,6 +147,7 @@ impl NodeClient {
             hot,
             admin,
             timeout,
+            connect_timeout,
         })
     }
 
@@ -151,15 +157,53 @@ impl NodeClient {
         struct PressBody<'a> {
             session_id: &'a str,
         }
-        let body = serde_json::to_vec(&PressBody { session_id })
-            .map_err(|e| NodeCallError::Request(e.to_string()))?;
-        let request = Request::builder()
-            .method(Method::POST)
-            .uri(node.press_uri.clone())
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| NodeCallError::Request(e.to_string()))?;
-        let answer = self.send(request, MAX_PRESS_BODY).await?;
+        let body = Bytes::from(
+            serde_json::to_vec(&PressBody { session_id })
+                .map_err(|e| NodeCallError::Request(e.to_string()))?,
+        );
+        // The pool speaks to the node directly: origin-form target
+        // (`/press`); the general client wants the absolute URI.
+        let request = |uri: http::Uri| {
+            let mut request = Request::new(Full::new(body.clone()));
+            *request.method_mut() = Method::POST;
+            *request.uri_mut() = uri;
+            let headers = request.headers_mut();
+            headers.insert(header::CONTENT_TYPE, JSON.clone());
+            if let Some(host) = node.press_uri.authority() {
+                if let Ok(host) = http::HeaderValue::from_str(host.as_str()) {
+                    headers.insert(header::HOST, host);
+                }
+            }
+            request
+        };
+        let answer = match node.press_pool(self.connect_timeout) {
+            Some(pool) => {
+                let exchange = pool.exchange(
+                    || request(PRESS_PATH.clone()),
+                    |response| async move {
+                        let status = response.status();
+                        let body = Limited::new(response.into_body(), MAX_PRESS_BODY)
+                            .collect()
+                            .await
+                            .map_err(|e| e.to_string())?
+                            .to_bytes();
+                        Ok(Answer {
+                            status,
+                            content_type: None,
+                            body,
+                        })
+                    },
+                );
+                tokio::time::timeout(self.timeout, exchange)
+                    .await
+                    .map_err(|_| NodeCallError::Timeout)?
+                    .map_err(|e| NodeCallError::Transport(e.error))?
+            }
+            None => {
+                self.send(request(node.press_uri.clone()), MAX_PRESS_BODY)
+                    .await?
+            }
+        };
         if !answer.status.is_success() {
             return Err(NodeCallError::Status(answer.status));
         }

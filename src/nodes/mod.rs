@@ -5,6 +5,7 @@ pub mod address;
 pub mod admin;
 pub mod client;
 pub mod health;
+pub mod pool;
 pub mod selector;
 pub mod table;
 

@@ -51,6 +51,8 @@ pub struct NodeEntry {
     /// The instance id recorded at the node's last wipe. A std mutex,
     /// never held across an await.
     instance: std::sync::Mutex<Option<String>>,
+    /// Connections for presses, made on first use (plain HTTP nodes).
+    press_pool: std::sync::OnceLock<super::pool::PressPool>,
 }
 
 impl NodeEntry {
@@ -74,7 +76,23 @@ impl NodeEntry {
             next_probe_ms: std::sync::atomic::AtomicI64::new(0),
             probe_backoff_ms: AtomicU64::new(0),
             instance: std::sync::Mutex::new(record.instance.clone()),
+            press_pool: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The node's press connections, for a plain `http://` node.
+    pub fn press_pool(
+        &self,
+        connect_timeout: std::time::Duration,
+    ) -> Option<&super::pool::PressPool> {
+        if self.press_uri.scheme_str() != Some("http") {
+            return None;
+        }
+        let authority = self.press_uri.authority()?;
+        let port = authority.port_u16().unwrap_or(80);
+        Some(self.press_pool.get_or_init(|| {
+            super::pool::PressPool::new(format!("{}:{port}", authority.host()), connect_timeout)
+        }))
     }
 
     /// The instance id recorded at the node's last wipe, if it reports one.
