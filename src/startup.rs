@@ -278,6 +278,22 @@ impl Application {
                 })
             },
         );
+        // Histogram samples pile up in the recorder until drained: without
+        // a scraper they would grow with every press.
+        let (metrics, token) = (self.ctx.metrics.clone(), cancel.clone());
+        supervisor.spawn(
+            &mut background,
+            "metrics upkeep",
+            cancel.clone(),
+            None,
+            move || {
+                let metrics = metrics.clone();
+                crate::periodic::every(Duration::from_secs(5), token.clone(), move || {
+                    let metrics = metrics.clone();
+                    async move { metrics.run_upkeep() }
+                })
+            },
+        );
         let (rebuilder, token) = (self.rebuilder.clone(), cancel.clone());
         supervisor.spawn(
             &mut background,
