@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
-use super::lock::{detached, with_node_lock, LOCK_TTL_MS, LOCK_WAIT};
+use super::lock::{detached, spawn_tracked, with_node_lock, LOCK_TTL_MS, LOCK_WAIT};
 use crate::archive::{Archive, ArchiveError};
 use crate::nodes::{CleanOutcome, NodeCallError, NodeClient, NodeTable};
 use crate::store::{now_ms, FenceReason, Journal, NodeState, SessionStore, StoreError};
@@ -273,7 +273,7 @@ impl NodeCleaner {
     /// not keep the node fenced until the fence's deadline once Redis is back.
     fn lower_unless_journaled(&self, addr: &str, seq: u64) {
         let (this, addr) = (self.clone(), addr.to_owned());
-        tokio::spawn(async move {
+        spawn_tracked(async move {
             let give_up = tokio::time::Instant::now() + Duration::from_millis(LOCK_TTL_MS);
             while tokio::time::Instant::now() < give_up {
                 match this.store.journal(&addr).await {

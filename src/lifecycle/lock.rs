@@ -92,6 +92,12 @@ pub async fn wait_for_detached(limit: Duration) -> bool {
     done
 }
 
+/// Starts `work` in a task of its own that shutdown waits for, without
+/// waiting for it here.
+pub fn spawn_tracked(work: impl Future<Output = ()> + Send + 'static) {
+    IN_FLIGHT.spawn(work);
+}
+
 /// Runs `work` to completion in a task of its own and waits for it. If the
 /// caller is dropped (a client hung up), the work goes on regardless.
 pub async fn detached<T, E>(

@@ -107,8 +107,9 @@ impl SessionService {
         self.admin.table()
     }
 
-    /// One press. An existing session on a live node costs one Redis read
-    /// and one forward; everything else is the rare path.
+    /// One press. An existing session on a live node costs one forward (and
+    /// one Redis read when it is not cached); everything else is the rare
+    /// path.
     pub async fn press(&self, id: &SessionId) -> Result<Pressed, PressError> {
         let id = id.as_str();
         if !self.fences_followed.load(Ordering::Acquire) {
