@@ -262,36 +262,26 @@ impl Application {
             None,
             move || sweeper.clone().run(sweep_interval, token.clone()),
         );
-        let (sessions, token) = (self.ctx.sessions.clone(), cancel.clone());
-        supervisor.spawn(
+        let sessions = self.ctx.sessions.clone();
+        supervisor.spawn_periodic(
             &mut background,
             "cache purge",
-            cancel.clone(),
-            None,
+            Duration::from_secs(10),
+            &cancel,
             move || {
-                let sessions = sessions.clone();
-                crate::periodic::every(Duration::from_secs(10), token.clone(), move || {
-                    let sessions = sessions.clone();
-                    async move {
-                        sessions.purge_cache(crate::store::now_ms());
-                    }
-                })
+                sessions.purge_cache(crate::store::now_ms());
             },
         );
         // Histogram samples pile up in the recorder until drained: without
         // a scraper they would grow with every press.
-        let (metrics, token) = (self.ctx.metrics.clone(), cancel.clone());
-        supervisor.spawn(
+        let metrics = self.ctx.metrics.clone();
+        supervisor.spawn_periodic(
             &mut background,
             "metrics upkeep",
-            cancel.clone(),
-            None,
+            Duration::from_secs(5),
+            &cancel,
             move || {
-                let metrics = metrics.clone();
-                crate::periodic::every(Duration::from_secs(5), token.clone(), move || {
-                    let metrics = metrics.clone();
-                    async move { metrics.run_upkeep() }
-                })
+                metrics.run_upkeep();
             },
         );
         let (rebuilder, token) = (self.rebuilder.clone(), cancel.clone());

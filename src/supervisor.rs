@@ -75,6 +75,25 @@ impl Supervisor {
         });
     }
 
+    /// Runs the quick, synchronous `step` every `interval`, supervised.
+    pub fn spawn_periodic(
+        &self,
+        set: &mut JoinSet<()>,
+        name: &'static str,
+        interval: Duration,
+        cancel: &CancellationToken,
+        step: impl Fn() + Clone + Send + Sync + 'static,
+    ) {
+        let token = cancel.clone();
+        self.spawn(set, name, cancel.clone(), None, move || {
+            let step = step.clone();
+            crate::periodic::every(interval, token.clone(), move || {
+                step();
+                std::future::ready(())
+            })
+        });
+    }
+
     /// Ends the current run of a loop as a crash would (for tests and
     /// operators' drills); the supervisor restarts it.
     pub fn abort(&self, name: &str) -> bool {

@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
-use super::lock::{detached, spawn_tracked, with_node_lock, LOCK_TTL_MS, LOCK_WAIT};
+use super::lock::{detached_under_node_lock, spawn_tracked, LOCK_TTL_MS, LOCK_WAIT};
 use crate::archive::{Archive, ArchiveError};
 use crate::nodes::{CleanOutcome, NodeCallError, NodeClient, NodeTable};
 use crate::store::{now_ms, FenceReason, Journal, NodeState, SessionStore, StoreError};
@@ -98,33 +98,23 @@ impl NodeCleaner {
         }
     }
 
-    fn busy(node: &str) -> impl FnOnce() -> CleanError + '_ {
-        move || CleanError::Busy {
-            node: node.to_owned(),
-        }
-    }
-
     /// Runs `op` under the node's lock, in a task of its own.
     async fn locked<T, F, Fut>(&self, addr: &str, wait: Duration, op: F) -> Result<T, CleanError>
     where
         T: Send + 'static,
-        F: FnOnce(NodeCleaner, String) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = Result<T, CleanError>> + Send,
+        F: FnOnce(NodeCleaner, String) -> Fut,
+        Fut: std::future::Future<Output = Result<T, CleanError>> + Send + 'static,
     {
-        let (this, addr) = (self.clone(), addr.to_owned());
-        detached(
-            async move {
-                let store = this.store.clone();
-                with_node_lock(
-                    &store,
-                    &addr,
-                    wait,
-                    Self::busy(&addr),
-                    op(this, addr.clone()),
-                )
-                .await
-            },
+        let node = addr.to_owned();
+        let busy = move || CleanError::Busy { node };
+        let work = op(self.clone(), addr.to_owned());
+        detached_under_node_lock(
+            self.store.clone(),
+            addr.to_owned(),
+            wait,
+            busy,
             CleanError::Task,
+            work,
         )
         .await
     }

@@ -92,6 +92,27 @@ pub async fn wait_for_detached(limit: Duration) -> bool {
     done
 }
 
+/// [`detached`] work under the node's lock: the one shape of every admin
+/// operation and clean (`busy` when the lock is not had within `wait`).
+pub async fn detached_under_node_lock<T, E>(
+    store: SessionStore,
+    addr: String,
+    wait: Duration,
+    busy: impl FnOnce() -> E + Send + 'static,
+    panicked: impl FnOnce(String) -> E,
+    op: impl Future<Output = Result<T, E>> + Send + 'static,
+) -> Result<T, E>
+where
+    T: Send + 'static,
+    E: From<StoreError> + Send + 'static,
+{
+    detached(
+        async move { with_node_lock(&store, &addr, wait, busy, op).await },
+        panicked,
+    )
+    .await
+}
+
 /// Starts `work` in a task of its own that shutdown waits for, without
 /// waiting for it here.
 pub fn spawn_tracked(work: impl Future<Output = ()> + Send + 'static) {

@@ -11,7 +11,7 @@ use super::address::{AddressError, NodeAddress};
 use super::client::{NodeClient, NodeHealth};
 use super::table::{NodeEntry, NodeTable};
 use crate::archive::{Archive, ArchiveError, Member};
-use crate::lifecycle::lock::{detached, with_node_lock, LOCK_WAIT};
+use crate::lifecycle::lock::{detached_under_node_lock, LOCK_WAIT};
 use crate::lifecycle::{CleanError, NodeCleaner};
 use crate::store::{NodeRecord, NodeState, SessionStore, StoreError};
 
@@ -385,17 +385,18 @@ impl NodeAdmin {
     async fn with_node_lock<T, F, Fut>(&self, addr: &str, op: F) -> Result<T, AdminError>
     where
         T: Send + 'static,
-        F: FnOnce(NodeAdmin, String) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = Result<T, AdminError>> + Send,
+        F: FnOnce(NodeAdmin, String) -> Fut,
+        Fut: std::future::Future<Output = Result<T, AdminError>> + Send + 'static,
     {
-        let (this, addr) = (self.clone(), addr.to_owned());
-        detached(
-            async move {
-                let store = this.store.clone();
-                let busy = AdminError::Busy(addr.clone());
-                with_node_lock(&store, &addr, LOCK_WAIT, || busy, op(this, addr.clone())).await
-            },
+        let busy = AdminError::Busy(addr.to_owned());
+        let work = op(self.clone(), addr.to_owned());
+        detached_under_node_lock(
+            self.store.clone(),
+            addr.to_owned(),
+            LOCK_WAIT,
+            || busy,
             AdminError::Task,
+            work,
         )
         .await
     }
