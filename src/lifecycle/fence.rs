@@ -49,10 +49,6 @@ impl Lease {
         }
     }
 
-    pub fn length(&self) -> Duration {
-        self.length
-    }
-
     /// Renews from a contact that started at `sent`.
     fn renew(&self, sent: std::time::Instant) {
         let at = sent.duration_since(self.origin).as_millis() as u64 + 1;

@@ -80,12 +80,4 @@ impl MappingCache {
             .retain(|_, cached| cached.mapping.expires_at_ms > now_ms);
         before.saturating_sub(self.entries.len())
     }
-
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
 }
