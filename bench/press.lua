@@ -1,15 +1,32 @@
--- wrk script: POST /press over a fixed set of sessions (sticky, existing
--- after the first round), the hot path of the balancer.
--- wrk -t2 -c64 -d10s -s bench/press.lua http://127.0.0.1:8000
-local sessions = tonumber(os.getenv("SESSIONS") or "1000")
-local counter = 0
-request = function()
-  counter = counter + 1
-  local body = string.format('{"session_id":"bench-%d"}', counter % sessions)
-  return wrk.format("POST", "/press", { ["Content-Type"] = "application/json" }, body)
-end
-response = function(status, headers, body)
-  if status ~= 200 then
-    io.stderr:write("status " .. status .. ": " .. body .. "\n")
+-- wrk script: POST /press for ids drawn at random from ID_POOL (10000)
+-- ids, each with its X-Session-Id header too (what nginx and HAProxy
+-- stick on). Requests are formatted once, in init(). done() prints one
+-- RESULT line that bench/press-vs-peers.sh reads.
+--   wrk -t1 -c64 -d10s -s bench/press.lua http://127.0.0.1:8000
+local pool = tonumber(os.getenv("ID_POOL") or "10000")
+local prefix = os.getenv("ID_PREFIX") or "bench-"
+local requests = {}
+
+function init(args)
+  math.randomseed(os.time())
+  for i = 1, pool do
+    local id = prefix .. i
+    requests[i] = wrk.format("POST", "/press",
+      { ["Content-Type"] = "application/json", ["X-Session-Id"] = id },
+      '{"session_id":"' .. id .. '"}')
   end
+end
+
+function request()
+  return requests[math.random(pool)]
+end
+
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    "RESULT rps=%.0f p50_ms=%.3f p99_ms=%.3f p999_ms=%.3f errors=%d\n",
+    summary.requests / (summary.duration / 1e6),
+    latency:percentile(50) / 1000, latency:percentile(99) / 1000,
+    latency:percentile(99.9) / 1000,
+    e.connect + e.read + e.write + e.status + e.timeout))
 end

@@ -90,6 +90,11 @@ pub struct Config {
     /// cleans), and exit at the latest after this many seconds.
     #[arg(long, env = "SHUTDOWN_GRACE_SECS", default_value_t = 10)]
     pub shutdown_grace_secs: u64,
+    /// Threads serving requests; 0: one per CPU this process may run on.
+    /// With one, the runtime is tokio's current-thread scheduler, which
+    /// wakes no other thread for a press.
+    #[arg(long, env = "WORKER_THREADS", default_value_t = 0)]
+    pub worker_threads: usize,
     /// How long this replica trusts its cached session mappings after its
     /// last contact with the fence channel (0 turns the cache off).
     #[arg(long, env = "LEASE_MS", default_value_t = DEFAULT_LEASE_MS)]
@@ -184,6 +189,7 @@ impl Config {
             request_timeout_ms: 30_000,
             max_connections: 10_000,
             shutdown_grace_secs: 10,
+            worker_threads: 0,
             node_ca_file: None,
             placement: Placement::LeastSessions,
             strategy: StrategyKind::RoundRobin,

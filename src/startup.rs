@@ -98,7 +98,12 @@ impl Application {
             config.node_timeout() + config.lease(),
             events.clone(),
         );
-        let sweeper = Sweeper::new(store.clone(), cleaner.clone(), config.node_timeout());
+        let sweeper = Sweeper::new(
+            store.clone(),
+            cleaner.clone(),
+            config.node_timeout(),
+            config.session_ttl(),
+        );
         let fences = FenceWatcher::new(store.clone(), table.clone(), events, lease.clone());
         let rebuilder = Rebuilder::new(cleaner.clone());
         let admin = NodeAdmin::new(store.clone(), cleaner, client.clone());
@@ -147,6 +152,7 @@ impl Application {
             request_timeout: Duration::from_millis(config.request_timeout_ms.max(1)),
             fences_followed: fences_followed.clone(),
             metrics: crate::telemetry::metrics_handle(),
+            press_metrics: http::PressMetrics::register(),
         });
         if let Err(error) = admin.refresh().await {
             warn!(%error, "Redis is not reachable at start-up; serving 503 until it is");
@@ -297,16 +303,21 @@ impl Application {
         let limits = self.config.listener_limits();
         let stopping_at = std::sync::Arc::new(std::sync::Mutex::new(None));
         let stop_time = stopping_at.clone();
-        let result =
-            http::server::serve(self.listener, http::router(self.ctx), limits, async move {
+        let result = http::server::serve(
+            self.listener,
+            self.ctx.clone(),
+            http::router(self.ctx),
+            limits,
+            async move {
                 tokio::select! {
                     _ = shutdown => {}
                     _ = server_cancel.cancelled() => {}
                 }
                 *stop_time.lock().unwrap_or_else(|e| e.into_inner()) =
                     Some(tokio::time::Instant::now());
-            })
-            .await;
+            },
+        )
+        .await;
         cancel.cancel();
         registration.abort();
         while background.join_next().await.is_some() {}

@@ -119,12 +119,23 @@ async fn a_clean_all_node_re_bases_its_live_sessions_and_a_killed_node_restores_
     let (a, b) = (unique("a"), unique("b"));
     app.press(&a).await;
     app.press(&a).await;
+    // B is younger than A by more than the expiry batch (a tenth of the
+    // TTL, at most a second): A's expiry does not take B along.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     for _ in 0..3 {
         app.press(&b).await;
     }
     // A expires; the clean-all node archives and forgets A and B.
+    let a_expires = app
+        .ctx
+        .store
+        .lookup(&a)
+        .await
+        .unwrap()
+        .unwrap()
+        .expires_at_ms;
     app.sweeper
-        .sweep_node(&nodes[0].address, &a, 0)
+        .sweep_node(&nodes[0].address, &a, a_expires)
         .await
         .unwrap();
     assert_eq!(nodes[0].node.session_count().await, 0);
@@ -330,4 +341,48 @@ async fn a_sweep_cleans_a_backlog_larger_than_one_clean_in_batches() {
     assert_eq!(report.unmapped, n, "{report:?}");
     assert!(report.failed_nodes.is_empty());
     assert_eq!(app.nodes().await[0]["active_sessions"], 0);
+}
+
+#[tokio::test]
+async fn an_expiry_clean_takes_the_sessions_about_to_expire_and_leaves_younger_ones() {
+    let app = spawn_app_with(common::test_config()).await;
+    let nodes = start_nodes(&app, 1, false).await;
+    let (first, near, young) = (unique("first"), unique("near"), unique("young"));
+    app.press(&first).await;
+    app.press(&near).await;
+    app.press(&near).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    app.press(&young).await;
+    let expires = app
+        .ctx
+        .store
+        .lookup(&first)
+        .await
+        .unwrap()
+        .unwrap()
+        .expires_at_ms;
+    app.sweeper
+        .sweep_node(&nodes[0].address, &first, expires)
+        .await
+        .unwrap();
+    let mapped = |id: String| {
+        let store = app.ctx.store.clone();
+        async move { store.lookup(&id).await.unwrap().is_some() }
+    };
+    assert!(
+        !mapped(first.clone()).await,
+        "the expired session is archived"
+    );
+    assert!(
+        !mapped(near.clone()).await,
+        "so is the one expiring with it"
+    );
+    assert!(mapped(young.clone()).await, "a younger session stays");
+    assert_eq!(app.ctx.archive.total(&near).await.unwrap(), Some(2));
+    assert_eq!(
+        app.press(&near).await.clicks(),
+        3,
+        "and continues from the archive"
+    );
+    assert_eq!(app.press(&young).await.clicks(), 2);
 }

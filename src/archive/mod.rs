@@ -8,6 +8,7 @@
 //! asked again for a moment ([`breaker`]): a silent partition costs a press
 //! one fast 503, not seconds of waiting.
 
+mod batch;
 mod breaker;
 pub mod members;
 pub mod tokens;
@@ -19,6 +20,7 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
+use batch::FoldBatcher;
 use breaker::Breaker;
 pub use members::Member;
 
@@ -31,6 +33,20 @@ pub enum ArchiveFailure {
     Timeout(Duration),
     #[error("Postgres failed a moment ago; not asked again yet")]
     Open,
+    /// The failure of a batch this call was part of.
+    #[error("{0}")]
+    Batch(String),
+}
+
+impl ArchiveFailure {
+    /// The same failure, for each call of a batch.
+    pub(crate) fn replicate(&self) -> Self {
+        match self {
+            ArchiveFailure::Timeout(after) => ArchiveFailure::Timeout(*after),
+            ArchiveFailure::Open => ArchiveFailure::Open,
+            other => ArchiveFailure::Batch(other.to_string()),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +76,8 @@ pub struct Archive {
     cluster: Arc<str>,
     timeout: Duration,
     breaker: Arc<Breaker>,
+    /// Started on the first fold of a placement (it needs a runtime).
+    batcher: Arc<std::sync::OnceLock<FoldBatcher>>,
 }
 
 impl Archive {
@@ -83,6 +101,7 @@ impl Archive {
             cluster: cluster.into(),
             timeout,
             breaker: Arc::default(),
+            batcher: Arc::default(),
         })
     }
 
@@ -150,8 +169,14 @@ impl Archive {
         if session_ids.is_empty() {
             return Ok(HashMap::new());
         }
+        // Rows are locked in one order: two folds of overlapping sets (a
+        // sweep, a batch of placements) then queue instead of deadlocking.
         let sql = format!(
-            "UPDATE session_archive a {FOLD_SET} WHERE a.session_id = ANY($1)
+            "WITH locked AS (
+                 SELECT session_id FROM session_archive WHERE session_id = ANY($1)
+                 ORDER BY session_id FOR UPDATE)
+             UPDATE session_archive a {FOLD_SET} FROM locked
+             WHERE a.session_id = locked.session_id
              RETURNING a.session_id, a.base_clicks"
         );
         let rows: Vec<(String, i32)> = self
@@ -182,20 +207,22 @@ impl Archive {
         .await
     }
 
-    /// Folds one session and returns its archived total (0 if never archived).
+    /// Folds one session and returns its archived total (0 if never
+    /// archived); folds asked for together go to Postgres together.
     pub async fn fold_one(&self, session_id: &str) -> ArchiveResult<i64> {
-        let sql = format!(
-            "UPDATE session_archive a {FOLD_SET} WHERE a.session_id = $1 RETURNING a.base_clicks"
-        );
-        let base: Option<i32> = self
-            .run("folding a session's archived clicks in Postgres", async {
-                sqlx::query_scalar(&sql)
-                    .bind(session_id)
-                    .fetch_optional(&self.pool)
-                    .await
-            })
-            .await?;
-        Ok(base.map(i64::from).unwrap_or(0))
+        let batcher = self
+            .batcher
+            .get_or_init(|| FoldBatcher::start(self.without_batcher()));
+        batcher.fold_one(session_id).await
+    }
+
+    /// A handle for the batching task: holding the batcher itself would
+    /// keep the task alive forever.
+    fn without_batcher(&self) -> Archive {
+        Archive {
+            batcher: Arc::default(),
+            ..self.clone()
+        }
     }
 
     /// A session's archived total, `clicks + base_clicks`, if it has a row.

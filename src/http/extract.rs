@@ -36,26 +36,32 @@ where
                 }
                 _ => ApiError::bad_request("bad_body", rejection.body_text()),
             })?;
-        // serde would read `["u1"]` as a struct too; our bodies are objects.
-        if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-            return Err(ApiError::bad_request(
-                "invalid_json",
-                "the body must be a JSON object",
-            ));
-        }
-        serde_json::from_slice(&bytes)
-            .map(JsonBody)
-            .map_err(|e| ApiError::bad_request("invalid_json", format!("invalid JSON body: {e}")))
+        json_object(&bytes).map(JsonBody)
     }
 }
 
+/// A JSON object body, as `T` (400 `invalid_json` otherwise).
+pub fn json_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    // serde would read `["u1"]` as a struct too; our bodies are objects.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::bad_request(
+            "invalid_json",
+            "the body must be a JSON object",
+        ));
+    }
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request("invalid_json", format!("invalid JSON body: {e}")))
+}
+
 fn is_json(headers: &axum::http::HeaderMap) -> bool {
-    let Some(content_type) = headers
+    headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-    else {
-        return false;
-    };
+        .is_some_and(is_json_content_type)
+}
+
+/// `application/json` or `application/*+json`, in UTF-8 if a charset is named.
+pub fn is_json_content_type(content_type: &str) -> bool {
     let mut parts = content_type.split(';');
     let essence = parts.next().unwrap_or("").trim().to_ascii_lowercase();
     // JSON is UTF-8 (RFC 8259); a body announced in another charset would

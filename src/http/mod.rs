@@ -8,6 +8,7 @@ mod nodes;
 mod press;
 mod process;
 pub mod server;
+mod wire;
 
 use std::sync::Arc;
 
@@ -18,6 +19,7 @@ use tower_http::trace::TraceLayer;
 
 pub use error::ApiError;
 pub use extract::MAX_BODY_BYTES;
+pub use press::PressMetrics;
 
 use crate::archive::Archive;
 use crate::nodes::NodeAdmin;
@@ -45,6 +47,7 @@ pub struct Services {
     /// `GET /metrics` asks for the admin token too.
     pub metrics_require_token: bool,
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
+    pub press_metrics: PressMetrics,
 }
 
 impl ApiContext {

@@ -122,15 +122,26 @@ impl NodeCleaner {
     /// Archives the expired sessions `ids` of a node and unmaps them; the
     /// node's other sessions stay on it (with a new base if the node cleaned
     /// them too). Sessions no longer mapped to the node are skipped.
-    pub async fn expire(&self, addr: &str, ids: &[String]) -> Result<CleanReport, CleanError> {
+    pub async fn expire(
+        &self,
+        addr: &str,
+        ids: &[String],
+        expired_by_ms: i64,
+    ) -> Result<CleanReport, CleanError> {
         let ids = ids.to_vec();
         self.locked(addr, LOCK_WAIT, move |this, addr| async move {
-            // Re-read under the lock: another replica may have done it.
-            let nodes = this.store.nodes_of(&ids).await?;
+            // Re-read under the lock: another replica (or a press of ours)
+            // may have done it, and the session may have been placed anew
+            // since, on this very node; a live session is not archived.
+            let placements = this.store.placements_of(&ids).await?;
             let leaving: Vec<String> = ids
                 .iter()
-                .zip(nodes)
-                .filter(|(_, node)| node.as_deref() == Some(addr.as_str()))
+                .zip(placements)
+                .filter(|(_, placed)| {
+                    placed
+                        .as_ref()
+                        .is_some_and(|(node, exp)| *node == addr && *exp <= expired_by_ms)
+                })
                 .map(|(id, _)| id.clone())
                 .collect();
             if leaving.is_empty() {

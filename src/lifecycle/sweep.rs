@@ -41,14 +41,27 @@ pub struct Sweeper {
     /// How long one sweep waits for one node's cleans (they go on in the
     /// background if it passes; the node lock keeps them one at a time).
     node_deadline: Duration,
+    /// A press that finds its session expired archives, in the same clean,
+    /// its node's sessions that expire within this much: sessions created
+    /// together expire together, and one fenced clean for the wave pauses
+    /// the node's presses once instead of once per session. A session
+    /// lives *at most* its TTL (DESIGN §4.3), so ending these a moment early
+    /// is allowed, and their next press continues from the archive.
+    expiry_batch_ms: i64,
 }
 
 impl Sweeper {
-    pub fn new(store: SessionStore, cleaner: NodeCleaner, node_timeout: Duration) -> Self {
+    pub fn new(
+        store: SessionStore,
+        cleaner: NodeCleaner,
+        node_timeout: Duration,
+        ttl: Duration,
+    ) -> Self {
         Self {
             store,
             cleaner,
             node_deadline: node_timeout * 3 + Duration::from_secs(2),
+            expiry_batch_ms: (ttl / 10).min(Duration::from_secs(1)).as_millis() as i64,
         }
     }
 
@@ -79,7 +92,8 @@ impl Sweeper {
         self.store.forget_expiry(&orphans).await?;
         let cleans = by_node.into_iter().map(|(node, ids)| async move {
             let outcome =
-                tokio::time::timeout(self.node_deadline, self.expire_all(&node, &ids)).await;
+                tokio::time::timeout(self.node_deadline, self.expire_all(&node, &ids, now_ms))
+                    .await;
             (node, ids.len(), outcome)
         });
         for (node, sessions, outcome) in futures::future::join_all(cleans).await {
@@ -112,26 +126,32 @@ impl Sweeper {
     }
 
     /// Every expired session of one node, in batches of [`MAX_PER_CLEAN`].
-    async fn expire_all(&self, node: &str, ids: &[String]) -> Result<CleanReport, CleanError> {
+    async fn expire_all(
+        &self,
+        node: &str,
+        ids: &[String],
+        now_ms: i64,
+    ) -> Result<CleanReport, CleanError> {
         let mut total = CleanReport::default();
         for batch in ids.chunks(MAX_PER_CLEAN) {
-            let clean = self.cleaner.expire(node, batch).await?;
+            let clean = self.cleaner.expire(node, batch, now_ms).await?;
             total.unmapped += clean.unmapped;
             total.rebased += clean.rebased;
         }
         Ok(total)
     }
 
-    /// Archives an expired session now, with the other expired sessions of
-    /// its node (one clean for all of them): a press found it expired
-    /// before the sweep got to it.
+    /// Archives an expired session now, with the other sessions of its node
+    /// that expired or are about to (one clean for all of them): a press
+    /// found it expired before the sweep got to it.
     pub async fn sweep_node(
         &self,
         addr: &str,
         session_id: &str,
         now_ms: i64,
     ) -> Result<(), super::CleanError> {
-        let expired = self.store.expired(now_ms, MAX_PER_CLEAN).await?;
+        let expired_by_ms = now_ms.saturating_add(self.expiry_batch_ms);
+        let expired = self.store.expired(expired_by_ms, MAX_PER_CLEAN).await?;
         let nodes = self.store.nodes_of(&expired).await?;
         let mut mine: Vec<String> = expired
             .into_iter()
@@ -141,7 +161,7 @@ impl Sweeper {
             .take(MAX_PER_CLEAN - 1)
             .collect();
         mine.push(session_id.to_owned());
-        self.cleaner.expire(addr, &mine).await?;
+        self.cleaner.expire(addr, &mine, expired_by_ms).await?;
         Ok(())
     }
 

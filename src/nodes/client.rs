@@ -15,8 +15,6 @@ use hyper_util::rt::TokioExecutor;
 use super::table::NodeEntry;
 
 static JSON: http::HeaderValue = http::HeaderValue::from_static("application/json");
-static PRESS_PATH: std::sync::LazyLock<http::Uri> =
-    std::sync::LazyLock::new(|| http::Uri::from_static("/press"));
 
 /// Largest node answer we read: `You clicked 2147483647 times` is 28 bytes.
 const MAX_PRESS_BODY: usize = 1024;
@@ -161,47 +159,27 @@ impl NodeClient {
             serde_json::to_vec(&PressBody { session_id })
                 .map_err(|e| NodeCallError::Request(e.to_string()))?,
         );
-        // The pool speaks to the node directly: origin-form target
-        // (`/press`); the general client wants the absolute URI.
-        let request = |uri: http::Uri| {
-            let mut request = Request::new(Full::new(body.clone()));
-            *request.method_mut() = Method::POST;
-            *request.uri_mut() = uri;
-            let headers = request.headers_mut();
-            headers.insert(header::CONTENT_TYPE, JSON.clone());
-            if let Some(host) = node.press_uri.authority() {
-                if let Ok(host) = http::HeaderValue::from_str(host.as_str()) {
-                    headers.insert(header::HOST, host);
-                }
-            }
-            request
-        };
         let answer = match node.press_pool(self.connect_timeout) {
             Some(pool) => {
-                let exchange = pool.exchange(
-                    || request(PRESS_PATH.clone()),
-                    |response| async move {
-                        let status = response.status();
-                        let body = Limited::new(response.into_body(), MAX_PRESS_BODY)
-                            .collect()
-                            .await
-                            .map_err(|e| e.to_string())?
-                            .to_bytes();
-                        Ok(Answer {
-                            status,
-                            content_type: None,
-                            body,
-                        })
-                    },
-                );
-                tokio::time::timeout(self.timeout, exchange)
+                let parsed = tokio::time::timeout(self.timeout, pool.post(&body, MAX_PRESS_BODY))
                     .await
                     .map_err(|_| NodeCallError::Timeout)?
-                    .map_err(|e| NodeCallError::Transport(e.error))?
+                    .map_err(|e| NodeCallError::Transport(e.error))?;
+                Answer {
+                    status: StatusCode::from_u16(parsed.status)
+                        .map_err(|_| NodeCallError::Body(format!("status {}", parsed.status)))?,
+                    content_type: None,
+                    body: Bytes::from(parsed.body),
+                }
             }
             None => {
-                self.send(request(node.press_uri.clone()), MAX_PRESS_BODY)
-                    .await?
+                let mut request = Request::new(Full::new(body));
+                *request.method_mut() = Method::POST;
+                *request.uri_mut() = node.press_uri.clone();
+                request
+                    .headers_mut()
+                    .insert(header::CONTENT_TYPE, JSON.clone());
+                self.send(request, MAX_PRESS_BODY).await?
             }
         };
         if !answer.status.is_success() {

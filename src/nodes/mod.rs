@@ -8,6 +8,7 @@ pub mod health;
 pub mod pool;
 pub mod selector;
 pub mod table;
+mod wire;
 
 pub use address::NodeAddress;
 pub use admin::{AdminError, NodeAdmin, NodeView, Removal};

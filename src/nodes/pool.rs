@@ -1,145 +1,127 @@
-//! A node's pool of HTTP/1 connections for presses (plain `http://` nodes).
-//!
-//! Why not the general pooled client: it drives every connection from a
-//! task of its own, so each press hops from the request's task to that task
-//! and back. Here the request's own task polls the connection while it
-//! waits for the answer (hyper's `client::conn::http1`, so the HTTP is still
-//! hyper's), and the connection goes back to the pool idle.
+//! A node's pool of keep-alive connections for presses (plain `http://`
+//! nodes), speaking HTTP/1.1 itself: a press is one write of a request
+//! rendered once per node and one read of the answer, parsed by
+//! [`wire`](super::wire). The hyper client this replaces drove every
+//! exchange through its dispatcher and a channel; the profile of the press
+//! path put about a tenth of the balancer's time there.
 //!
 //! A pooled connection the node closed meanwhile is noticed when it is
-//! taken (its pending end of stream is read first), and a request hyper
-//! reports as never sent is retried once on a fresh connection; anything
-//! else is the node's failure, as before (a press it may have counted is
-//! never sent twice).
+//! taken (it has become readable while idle); a request whose write fails
+//! on a pooled connection is retried once on a fresh one (nothing of it was
+//! sent). Anything else is the node's failure, as before: a press it may
+//! have counted is never sent twice.
 
-use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::BytesMut;
 use futures::FutureExt;
-use http::{Request, Response};
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::client::conn::http1::{self, Connection, SendRequest};
-use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-type Conn = (
-    SendRequest<Full<Bytes>>,
-    Connection<TokioIo<TcpStream>, Full<Bytes>>,
-);
+use super::wire::{parse_answer, Parsed, Read};
 
 /// Most idle connections kept per node.
 const MAX_IDLE: usize = 256;
 
+struct Conn {
+    stream: TcpStream,
+    /// Bytes read past the last answer (none from a well-behaved node).
+    buf: BytesMut,
+}
+
 pub struct PressPool {
     /// `host:port` of the node.
     authority: String,
+    /// The request line and headers up to `content-length: `.
+    head: Vec<u8>,
     connect_timeout: Duration,
     /// Idle connections. A std mutex: held only to push or pop.
     idle: Mutex<Vec<Conn>>,
 }
 
 /// Why an exchange failed, and whether the request surely never left.
+#[derive(Debug)]
 pub struct PoolError {
     pub error: String,
     pub not_sent: bool,
 }
 
+impl PoolError {
+    fn sent(error: impl Into<String>) -> Self {
+        Self {
+            error: error.into(),
+            not_sent: false,
+        }
+    }
+}
+
 impl PressPool {
-    pub fn new(authority: String, connect_timeout: Duration) -> Self {
+    /// `path` is the node's press path, `host` its `Host` header.
+    pub fn new(authority: String, host: &str, path: &str, connect_timeout: Duration) -> Self {
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\ncontent-length: "
+        )
+        .into_bytes();
         Self {
             authority,
+            head,
             connect_timeout,
             idle: Mutex::new(Vec::new()),
         }
     }
 
-    /// One request (made by `request`) and its whole answer, read with
-    /// `read_body` (which gets the response and must consume its body).
-    pub async fn exchange<T, F, Fut>(
-        &self,
-        request: impl Fn() -> Request<Full<Bytes>>,
-        read_body: F,
-    ) -> Result<T, PoolError>
-    where
-        F: Fn(Response<Incoming>) -> Fut,
-        Fut: Future<Output = Result<T, String>>,
-    {
-        match self.checkout() {
-            Some(conn) => match self.exchange_on(conn, request(), &read_body).await {
-                // The node closed it first: the request never left.
-                Err(error) if error.not_sent => {
-                    let fresh = self.connect().await?;
-                    self.exchange_on(fresh, request(), &read_body).await
-                }
-                other => other,
+    /// Posts `body` and reads the whole answer (body up to `limit` bytes).
+    pub async fn post(&self, body: &[u8], limit: usize) -> Result<Parsed, PoolError> {
+        let mut request = Vec::with_capacity(self.head.len() + 8 + body.len());
+        request.extend_from_slice(&self.head);
+        request.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
+        request.extend_from_slice(b"\r\n\r\n");
+        request.extend_from_slice(body);
+        let mut conn = match self.checkout() {
+            Some(mut pooled) => match pooled.stream.write_all(&request).await {
+                Ok(()) => pooled,
+                // The node closed it first: nothing of the request left.
+                Err(_) => self.fresh(&request).await?,
             },
-            None => {
-                let fresh = self.connect().await?;
-                self.exchange_on(fresh, request(), &read_body).await
-            }
+            None => self.fresh(&request).await?,
+        };
+        let answer = read_answer(&mut conn, limit).await?;
+        if answer.reusable {
+            self.checkin(conn);
         }
+        Ok(answer)
     }
 
-    async fn exchange_on<T, F, Fut>(
-        &self,
-        (mut sender, mut conn): Conn,
-        request: Request<Full<Bytes>>,
-        read_body: &F,
-    ) -> Result<T, PoolError>
-    where
-        F: Fn(Response<Incoming>) -> Fut,
-        Fut: Future<Output = Result<T, String>>,
-    {
-        let sending = &mut sender;
-        let exchange = async move {
-            sending.ready().await.map_err(|e| PoolError {
+    /// A new connection with the request written on it.
+    async fn fresh(&self, request: &[u8]) -> Result<Conn, PoolError> {
+        let mut conn = self.connect().await?;
+        conn.stream
+            .write_all(request)
+            .await
+            .map_err(|e| PoolError {
+                error: format!("sending the press: {e}"),
                 not_sent: true,
-                error: e.to_string(),
             })?;
-            let response = sending.send_request(request).await.map_err(|e| PoolError {
-                not_sent: e.is_canceled(),
-                error: e.to_string(),
-            })?;
-            read_body(response).await.map_err(|error| PoolError {
-                not_sent: false,
-                error,
-            })
-        };
-        // The connection is driven right here, beside the exchange.
-        let result = {
-            tokio::pin!(exchange);
-            tokio::select! {
-                biased;
-                result = &mut exchange => result,
-                ended = &mut conn => Err(PoolError {
-                    not_sent: false,
-                    error: match ended {
-                        Ok(()) => "the node closed the connection".to_owned(),
-                        Err(e) => e.to_string(),
-                    },
-                }),
-            }
-        };
-        if result.is_ok() && !sender.is_closed() {
-            self.checkin((sender, conn));
-        }
-        result
+        Ok(conn)
     }
 
     /// An idle connection the node has not closed, if any.
     fn checkout(&self) -> Option<Conn> {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        while let Some((sender, mut conn)) = idle.pop() {
-            // Reads what arrived while it was idle (an end of stream).
-            if (&mut conn).now_or_never().is_some() || sender.is_closed() {
-                continue;
+        loop {
+            let conn = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()?;
+            // Readable while idle: the node closed it (or sent what it
+            // should not have). Costs no system call when it is not.
+            if conn.buf.is_empty() && conn.stream.readable().now_or_never().is_none() {
+                return Some(conn);
             }
-            return Some((sender, conn));
+            let mut probe = [0u8; 1];
+            if conn.buf.is_empty()
+                && matches!(conn.stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+            {
+                return Some(conn);
+            }
         }
-        None
     }
 
     fn checkin(&self, conn: Conn) {
@@ -160,9 +142,33 @@ impl PressPool {
                 .map_err(|_| fail("connect timed out".to_owned()))?
                 .map_err(|e| fail(format!("connect: {e}")))?;
         let _ = stream.set_nodelay(true);
-        http1::handshake(TokioIo::new(stream))
+        Ok(Conn {
+            stream,
+            buf: BytesMut::with_capacity(512),
+        })
+    }
+}
+
+/// Reads until `buf` holds a whole answer; what follows it stays in `buf`.
+async fn read_answer(conn: &mut Conn, limit: usize) -> Result<Parsed, PoolError> {
+    let mut eof = false;
+    loop {
+        match parse_answer(&conn.buf, limit, eof).map_err(PoolError::sent)? {
+            Read::Done(parsed) => {
+                let _ = conn.buf.split_to(parsed.len);
+                return Ok(parsed);
+            }
+            Read::Partial | Read::UntilClose => {}
+        }
+        if conn.buf.len() > 64 * 1024 {
+            return Err(PoolError::sent("the node's answer has no end"));
+        }
+        let n = conn
+            .stream
+            .read_buf(&mut conn.buf)
             .await
-            .map_err(|e| fail(e.to_string()))
+            .map_err(|e| PoolError::sent(format!("reading the answer: {e}")))?;
+        eof = n == 0;
     }
 }
 

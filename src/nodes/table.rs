@@ -91,7 +91,12 @@ impl NodeEntry {
         let authority = self.press_uri.authority()?;
         let port = authority.port_u16().unwrap_or(80);
         Some(self.press_pool.get_or_init(|| {
-            super::pool::PressPool::new(format!("{}:{port}", authority.host()), connect_timeout)
+            super::pool::PressPool::new(
+                format!("{}:{port}", authority.host()),
+                authority.as_str(),
+                self.press_uri.path(),
+                connect_timeout,
+            )
         }))
     }
 

@@ -31,9 +31,11 @@ impl SessionId {
             Err(SessionIdError::TooLong)
         } else if id.chars().any(char::is_control) {
             Err(SessionIdError::ControlCharacter)
-        } else if id
-            .chars()
-            .any(|c| c.general_category() == GeneralCategory::Format)
+        } else if !id.is_ascii()
+            // No ASCII character is a format character; most ids are ASCII.
+            && id
+                .chars()
+                .any(|c| c.general_category() == GeneralCategory::Format)
         {
             Err(SessionIdError::FormatCharacter)
         } else {

@@ -133,6 +133,31 @@ impl SessionStore {
             .context("reading expired sessions from Redis")
     }
 
+    /// The node and expiry time of each session (`None` where it has no
+    /// mapping), in one pipelined round trip.
+    pub async fn placements_of(
+        &self,
+        session_ids: &[String],
+    ) -> StoreResult<Vec<Option<(String, i64)>>> {
+        if session_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for id in session_ids {
+            pipe.cmd("HMGET")
+                .arg(self.key(&["session", id]))
+                .arg(&["node", "exp"]);
+        }
+        let rows: Vec<(Option<String>, Option<i64>)> = pipe
+            .query_async(&mut self.conn())
+            .await
+            .context("reading the nodes and expiries of sessions from Redis")?;
+        Ok(rows
+            .into_iter()
+            .map(|(node, exp)| node.map(|node| (node, exp.unwrap_or(i64::MAX))))
+            .collect())
+    }
+
     /// The node of each session (`None` where it has no mapping), in one
     /// pipelined round trip.
     pub async fn nodes_of(&self, session_ids: &[String]) -> StoreResult<Vec<Option<String>>> {

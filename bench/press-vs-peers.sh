@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# `make bench-press`: nodes-control beside nginx and HAProxy, each in front
+# of three fresh click-nodes, in one run, so that the ratios it prints
+# compare like with like on a noisy machine.
+#
+#   nginx:          hash $http_x_session_id consistent, keep-alive upstreams
+#   haproxy:        stick table on X-Session-Id, keep-alive upstreams
+#   nodes-control:  its own Redis, Postgres at DATABASE_URL
+#
+# Every run starts fresh processes; rounds rotate the order (A B C, B C A,
+# C A B) so the machine's drift cancels in the per-round ratios. wrk runs on
+# CPU 0, each balancer with its nodes (and Redis) on CPU 1 (PIN=none: no
+# pinning). wrk presses ID_POOL ids drawn at random, body and X-Session-Id
+# header alike (bench/press.lua).
+#
+# Knobs: ROUNDS (3), DURATION (10s), WARMUP (2s), CONNS (64), ID_POOL
+# (10000), PIN (split|none), DATABASE_URL, NC_ENV (extra VAR=value words for
+# nodes-control). Needs nginx, haproxy, wrk, redis-server, curl, taskset.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-10s}
+WARMUP=${WARMUP:-2s}
+CONNS=${CONNS:-64}
+export ID_POOL=${ID_POOL:-10000}
+PIN=${PIN:-split}
+DB=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}
+for tool in nginx haproxy wrk redis-server curl taskset python3; do
+  command -v "$tool" >/dev/null || { echo "missing $tool (apt-get install -y nginx haproxy wrk redis-server curl)" >&2; exit 2; }
+done
+cargo build --release -q -p nodes-control -p click-node
+NC=$PWD/target/release/nodes-control
+NODE=$PWD/target/release/click-node
+LUA=$PWD/bench/press.lua
+WORK=$(mktemp -d /tmp/bench-press.XXXXXX)
+RESULTS=$WORK/runs.txt
+PIDS=()
+
+on_cpu() { # cpu command... : runs pinned unless PIN=none
+  local cpu=$1; shift
+  if [ "$PIN" = none ]; then "$@"; else taskset -c "$cpu" "$@"; fi
+}
+start() { # log-name command... -> background, remembered
+  local name=$1; shift
+  setsid "$@" >"$WORK/$name.log" 2>&1 </dev/null &
+  PIDS+=("$!")
+}
+stop_all() {
+  local pid
+  for pid in "${PIDS[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  PIDS=()
+}
+trap 'stop_all; rm -rf "$WORK"' EXIT
+trap 'exit 130' INT TERM
+
+free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+wait_port() { # port
+  for _ in $(seq 200); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "nothing listens on $1; logs in $WORK" >&2
+  trap - EXIT; stop_all; exit 1
+}
+press() { # port id -> the answer's body
+  curl -s --max-time 2 -X POST -H 'Content-Type: application/json' -H "X-Session-Id: $2" \
+    --data "{\"session_id\":\"$2\"}" "http://127.0.0.1:$1/press" || true
+}
+
+start_nodes() { # -> NODE_PORTS
+  NODE_PORTS=()
+  local i port
+  for i in 1 2 3; do
+    port=$(free_port)
+    start "node$i" on_cpu 1 "$NODE" --host 127.0.0.1 --port "$port" --name "n$i" \
+      --database-url "$DB" --min-delay-ms 0 --max-delay-ms 0
+    NODE_PORTS+=("$port")
+  done
+  for port in "${NODE_PORTS[@]}"; do wait_port "$port"; done
+}
+
+start_nginx() { # port
+  local servers="" p
+  for p in "${NODE_PORTS[@]}"; do servers+="    server 127.0.0.1:$p;"$'\n'; done
+  mkdir -p "$WORK/nginx/logs"
+  cat >"$WORK/nginx/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  upstream nodes {
+    hash \$http_x_session_id consistent;
+$servers    keepalive 128;
+  }
+  server {
+    listen 127.0.0.1:$1;
+    location / {
+      proxy_pass http://nodes;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+EOF
+  start nginx on_cpu 1 nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx"
+}
+
+start_haproxy() { # port
+  local servers="" i=0 p
+  for p in "${NODE_PORTS[@]}"; do i=$((i + 1)); servers+="  server n$i 127.0.0.1:$p"$'\n'; done
+  cat >"$WORK/haproxy.cfg" <<EOF
+global
+  nbthread 1
+  maxconn 10000
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+  option http-keep-alive
+frontend presses
+  bind 127.0.0.1:$1
+  default_backend nodes
+backend nodes
+  balance leastconn
+  stick-table type string len 128 size 200k expire 30m
+  stick on req.hdr(X-Session-Id)
+  http-reuse always
+$servers
+EOF
+  start haproxy on_cpu 1 haproxy -f "$WORK/haproxy.cfg"
+}
+
+start_nodes_control() { # port
+  local redis nodes="" p
+  redis=$(free_port)
+  start redis on_cpu 1 redis-server --bind 127.0.0.1 --port "$redis" --save '' --appendonly no
+  wait_port "$redis"
+  for p in "${NODE_PORTS[@]}"; do nodes+="${nodes:+,}http://127.0.0.1:$p"; done
+  # shellcheck disable=SC2086
+  start nodes-control on_cpu 1 env LISTEN_ADDR="127.0.0.1:$1" NODES="$nodes" ADMIN_TOKEN=bench \
+    REDIS_URL="redis://127.0.0.1:$redis" REDIS_KEY_PREFIX="bench:$$:" DATABASE_URL="$DB" \
+    RUST_LOG=warn ${NC_ENV:-} "$NC"
+}
+
+run_one() { # round balancer
+  local round=$1 lb=$2 port a b c line
+  start_nodes
+  port=$(free_port)
+  "start_${lb//-/_}" "$port"
+  wait_port "$port"
+  # Sticky: one id's count goes 1, 2, 3 only if every press reaches one node.
+  a=$(press "$port" "sticky-$round-$lb"); b=$(press "$port" "sticky-$round-$lb"); c=$(press "$port" "sticky-$round-$lb")
+  local sticky=FAIL
+  [[ $a == *" 1 time"* && $b == *" 2 times"* && $c == *" 3 times"* ]] && sticky=ok
+  on_cpu 0 wrk -t1 -c"$CONNS" -d"$WARMUP" -s "$LUA" "http://127.0.0.1:$port" >/dev/null 2>&1 || true
+  line=$(on_cpu 0 wrk -t1 -c"$CONNS" -d"$DURATION" --timeout 5s -s "$LUA" "http://127.0.0.1:$port" | grep '^RESULT' || true)
+  stop_all
+  [ -n "$line" ] || { echo "round=$round lb=$lb FAILED (logs: $WORK)"; return; }
+  echo "round=$round lb=$lb sticky=$sticky ${line#RESULT }" | tee -a "$RESULTS"
+}
+
+LBS=(nginx haproxy nodes-control)
+echo "# bench-press: rounds=$ROUNDS duration=$DURATION conns=$CONNS ids=$ID_POOL pin=$PIN commit=$(git rev-parse --short HEAD 2>/dev/null || echo none) $(date -u +%FT%TZ)"
+for (( r = 1; r <= ROUNDS; r++ )); do
+  for (( j = 0; j < ${#LBS[@]}; j++ )); do
+    run_one "$r" "${LBS[$(( (j + r - 1) % ${#LBS[@]} ))]}"
+    sleep 1
+  done
+done
+echo
+python3 - "$RESULTS" <<'EOF'
+import statistics, sys
+runs = [dict(kv.split("=", 1) for kv in line.split()) for line in open(sys.argv[1])]
+by = {}
+for run in runs:
+    by.setdefault(run["lb"], {})[run["round"]] = run
+nginx = by.get("nginx", {})
+print(f"{'balancer':<14} {'presses/s':>10} {'p99 ms':>8} {'vs nginx':>9} {'p99 vs nginx':>13} {'errors':>7} sticky")
+for lb in ["nginx", "haproxy", "nodes-control"]:
+    rounds = by.get(lb, {})
+    if not rounds:
+        print(f"{lb:<14} no result"); continue
+    rps = statistics.median(float(r["rps"]) for r in rounds.values())
+    p99 = statistics.median(float(r["p99_ms"]) for r in rounds.values())
+    shared = [k for k in rounds if k in nginx]
+    ratio = statistics.median(float(rounds[k]["rps"]) / float(nginx[k]["rps"]) for k in shared) if shared else float("nan")
+    p99_ratio = statistics.median(float(rounds[k]["p99_ms"]) / float(nginx[k]["p99_ms"]) for k in shared) if shared else float("nan")
+    errors = sum(int(r["errors"]) for r in rounds.values())
+    sticky = "ok" if all(r["sticky"] == "ok" for r in rounds.values()) else "FAIL"
+    print(f"{lb:<14} {rps:>10.0f} {p99:>8.2f} {ratio:>9.2f} {p99_ratio:>13.2f} {errors:>7} {sticky}")
+EOF
