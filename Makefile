@@ -21,9 +21,11 @@ fmt:
 bench-sweep:
 	cargo bench --bench sweep
 
-# Press throughput through the balancer started by `make up` (needs wrk).
+# nodes-control beside nginx and HAProxy over the same click-nodes, one
+# interleaved run, ratios (needs nginx, haproxy, wrk, redis-server; knobs:
+# ROUNDS, DURATION, CONNS, PIN). See bench/press-vs-peers.sh.
 bench-press:
-	wrk -t2 -c64 -d10s -s bench/press.lua http://127.0.0.1:8000
+	bash bench/press-vs-peers.sh
 
 # Load experiments against the stack of `make up` (results in results/).
 LOADGEN = ./target/release/loadgen

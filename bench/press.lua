@@ -1,23 +1,38 @@
 -- wrk script: POST /press for ids drawn at random from ID_POOL (10000)
 -- ids, each with its X-Session-Id header too (what nginx and HAProxy
--- stick on). Requests are formatted once, in init(). done() prints one
+-- stick on). Requests are formatted once, in init(). With NEW=1 every
+-- press is a new id instead (the placement path). done() prints one
 -- RESULT line that bench/press-vs-peers.sh reads.
 --   wrk -t1 -c64 -d10s -s bench/press.lua http://127.0.0.1:8000
+--   NEW=1 wrk -t1 -c64 -d10s -s bench/press.lua http://127.0.0.1:8000
 local pool = tonumber(os.getenv("ID_POOL") or "10000")
 local prefix = os.getenv("ID_PREFIX") or "bench-"
+local new = os.getenv("NEW") == "1"
 local requests = {}
+local counter = 0
+
+local function press(id)
+  return wrk.format("POST", "/press",
+    { ["Content-Type"] = "application/json", ["X-Session-Id"] = id },
+    '{"session_id":"' .. id .. '"}')
+end
 
 function init(args)
   math.randomseed(os.time())
-  for i = 1, pool do
-    local id = prefix .. i
-    requests[i] = wrk.format("POST", "/press",
-      { ["Content-Type"] = "application/json", ["X-Session-Id"] = id },
-      '{"session_id":"' .. id .. '"}')
+  if new then
+    prefix = string.format("new-%d-%d-", os.time(), math.random(1e9))
+  else
+    for i = 1, pool do
+      requests[i] = press(prefix .. i)
+    end
   end
 end
 
 function request()
+  if new then
+    counter = counter + 1
+    return press(prefix .. counter)
+  end
   return requests[math.random(pool)]
 end
 
