@@ -224,3 +224,37 @@ async fn a_body_cut_short_by_the_client_is_never_counted() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(app.press(&session).await.clicks(), 1);
 }
+
+#[tokio::test]
+async fn presses_with_ambiguous_framing_are_refused_and_never_counted() {
+    let (app, _nodes) = spawn_cluster(1).await;
+    let session = unique("ambiguous");
+    let body = format!(r#"{{"session_id":"{session}"}}"#);
+    let head = "POST /press HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n";
+    for framing in [
+        format!(
+            "Content-Length: {}\r\nContent-Length: {}\r\n",
+            body.len(),
+            body.len() + 1
+        ),
+        format!(
+            "Content-Length: {}\r\nTransfer-Encoding: chunked\r\n",
+            body.len()
+        ),
+        format!("Content-Length: +{}\r\n", body.len()),
+    ] {
+        let mut stream = connect(&app.address).await;
+        stream
+            .write_all(format!("{head}{framing}\r\n{body}").as_bytes())
+            .await
+            .unwrap();
+        let mut answer = vec![0u8; 1024];
+        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut answer))
+            .await
+            .expect("an answer within 5 s")
+            .unwrap();
+        let status = String::from_utf8_lossy(&answer[..n]);
+        assert!(status.starts_with("HTTP/1.1 400"), "{framing:?}: {status}");
+    }
+    assert_eq!(app.press(&session).await.clicks(), 1, "none was counted");
+}

@@ -119,7 +119,7 @@ async fn a_clean_all_node_re_bases_its_live_sessions_and_a_killed_node_restores_
     let (a, b) = (unique("a"), unique("b"));
     app.press(&a).await;
     app.press(&a).await;
-    // B is younger than A by more than the expiry batch (a tenth of the
+    // B is younger than A by more than the expiry batch (a quarter of the
     // TTL, at most a second): A's expiry does not take B along.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     for _ in 0..3 {

@@ -4,7 +4,8 @@
 //! Nodes are cleaned concurrently, each within its own deadline: a hung node
 //! delays only its own sessions (DESIGN §4.13).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -48,6 +49,11 @@ pub struct Sweeper {
     /// lives *at most* its TTL (DESIGN §4.3), so ending these a moment early
     /// is allowed, and their next press continues from the archive.
     expiry_batch_ms: i64,
+    /// One press-triggered clean per node at a time in this replica: the
+    /// presses of a wave that find their sessions expired wait here, on a
+    /// local lock, and most find their session archived already, instead
+    /// of queueing one by one on the node's Redis lock to learn it.
+    expiring: Arc<std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
 }
 
 impl Sweeper {
@@ -61,7 +67,8 @@ impl Sweeper {
             store,
             cleaner,
             node_deadline: node_timeout * 3 + Duration::from_secs(2),
-            expiry_batch_ms: (ttl / 10).min(Duration::from_secs(1)).as_millis() as i64,
+            expiry_batch_ms: (ttl / 4).min(Duration::from_secs(1)).as_millis() as i64,
+            expiring: Arc::default(),
         }
     }
 
@@ -150,6 +157,24 @@ impl Sweeper {
         session_id: &str,
         now_ms: i64,
     ) -> Result<(), super::CleanError> {
+        let one_at_a_time = self
+            .expiring
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(addr.to_owned())
+            .or_default()
+            .clone();
+        let _turn = one_at_a_time.lock().await;
+        // The clean we waited for may have taken this session along.
+        match self
+            .store
+            .placements_of(&[session_id.to_owned()])
+            .await?
+            .pop()
+        {
+            Some(Some((node, expires))) if node == addr && expires <= now_ms => {}
+            _ => return Ok(()),
+        }
         let expired_by_ms = now_ms.saturating_add(self.expiry_batch_ms);
         let expired = self.store.expired(expired_by_ms, MAX_PER_CLEAN).await?;
         let nodes = self.store.nodes_of(&expired).await?;
