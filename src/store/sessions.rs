@@ -161,16 +161,11 @@ impl SessionStore {
     /// The node of each session (`None` where it has no mapping), in one
     /// pipelined round trip.
     pub async fn nodes_of(&self, session_ids: &[String]) -> StoreResult<Vec<Option<String>>> {
-        if session_ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut pipe = redis::pipe();
-        for id in session_ids {
-            pipe.hget(self.key(&["session", id]), "node");
-        }
-        pipe.query_async(&mut self.conn())
-            .await
-            .context("reading the nodes of sessions from Redis")
+        let placements = self.placements_of(session_ids).await?;
+        Ok(placements
+            .into_iter()
+            .map(|placed| placed.map(|(node, _)| node))
+            .collect())
     }
 
     /// Drops index entries of sessions that no longer have a mapping (left
