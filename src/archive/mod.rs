@@ -169,8 +169,9 @@ impl Archive {
         if session_ids.is_empty() {
             return Ok(HashMap::new());
         }
-        // Rows are locked in one order: two folds of overlapping sets (a
-        // sweep, a batch of placements) then queue instead of deadlocking.
+        // Rows are locked in one order (here and in `fold_generation`): two
+        // folds of overlapping sets (a sweep, a rebuild, a batch of
+        // placements) then queue instead of deadlocking.
         let sql = format!(
             "WITH locked AS (
                  SELECT session_id FROM session_archive WHERE session_id = ANY($1)
@@ -196,7 +197,14 @@ impl Archive {
     /// Folds everything written under one clean token (a node that carried
     /// it archived sessions we may not know by name, as after Redis forgot).
     pub async fn fold_generation(&self, generation: i64) -> ArchiveResult<u64> {
-        let sql = format!("UPDATE session_archive a {FOLD_SET} WHERE a.generation = $1");
+        // In `session_id` order, as every multi-row fold locks its rows.
+        let sql = format!(
+            "WITH locked AS (
+                 SELECT session_id FROM session_archive WHERE generation = $1
+                 ORDER BY session_id FOR UPDATE)
+             UPDATE session_archive a {FOLD_SET} FROM locked
+             WHERE a.session_id = locked.session_id"
+        );
         self.run("folding a clean's archive in Postgres", async {
             sqlx::query(&sql)
                 .bind(generation)
