@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::workload::{assert_counts_exact, press_for};
-use common::{short_lived_config, spawn_app_with, start_nodes, unique};
+use common::{now_ms, short_lived_config, spawn_app_with, start_nodes, unique};
 use nodes_control::store::FenceReason;
 
 fn session_ids(tag: &str, n: usize) -> Vec<String> {
@@ -103,13 +103,6 @@ async fn a_sweep_touches_only_expired_sessions_and_leaves_live_ones_counting() {
     }
     let again = sweeper.sweep_once(cutoff + 600_000).await.unwrap();
     assert_eq!(again.unmapped, 0, "a second sweep has nothing to do");
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 #[tokio::test]

@@ -16,18 +16,25 @@ pub struct Member {
     pub instance: Option<String>,
     /// The token of the node's last wipe: its life.
     pub generation: i64,
+    /// The node's number (see the `node_numbers` migration): assigned by
+    /// Postgres on the first upsert, never changed, never reused. Read
+    /// only: [`Archive::upsert_member`] ignores it and returns the real one.
+    pub number: i64,
 }
 
 impl Archive {
-    pub async fn upsert_member(&self, member: &Member) -> ArchiveResult<()> {
+    /// Records a node; returns its number (kept from an earlier upsert of
+    /// the same address, else new).
+    pub async fn upsert_member(&self, member: &Member) -> ArchiveResult<u64> {
         self.run("recording a node in Postgres", async {
-            sqlx::query(
+            sqlx::query_scalar::<_, i64>(
                 "INSERT INTO nodes (cluster, address, name, weight, state, instance, generation)
                  VALUES ($1, $2, $3, $4, $5, $6, $7)
                  ON CONFLICT (cluster, address) DO UPDATE SET name = EXCLUDED.name,
                    weight = EXCLUDED.weight, state = EXCLUDED.state,
                    instance = EXCLUDED.instance, generation = EXCLUDED.generation,
-                   updated_at = now()",
+                   updated_at = now()
+                 RETURNING number",
             )
             .bind(self.cluster())
             .bind(&member.address)
@@ -36,9 +43,9 @@ impl Archive {
             .bind(&member.state)
             .bind(&member.instance)
             .bind(member.generation)
-            .execute(self.pool())
+            .fetch_one(self.pool())
             .await
-            .map(drop)
+            .map(|number| number as u64)
         })
         .await
     }
@@ -89,7 +96,7 @@ impl Archive {
     pub async fn members(&self) -> ArchiveResult<Vec<Member>> {
         self.run("listing nodes in Postgres", async {
             sqlx::query_as(
-                "SELECT address, name, weight, state, instance, generation
+                "SELECT address, name, weight, state, instance, generation, number
                  FROM nodes WHERE cluster = $1 ORDER BY address",
             )
             .bind(self.cluster())

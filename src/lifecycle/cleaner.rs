@@ -57,6 +57,9 @@ pub struct CleanReport {
     pub rebased: usize,
     /// Whether the node archived (false: it was down or did not answer).
     pub archived: bool,
+    /// Of the sessions an expiry clean was asked about, those still on the
+    /// node and past their end when it looked under the lock.
+    pub expired: usize,
 }
 
 #[derive(Clone)]
@@ -147,22 +150,24 @@ impl NodeCleaner {
             if leaving.is_empty() {
                 return Ok(CleanReport::default());
             }
-            match this.store.get_node(&addr).await?.map(|n| n.state) {
+            let expired = leaving.len();
+            let report = match this.store.get_node(&addr).await?.map(|n| n.state) {
                 Some(NodeState::Up | NodeState::Draining) => {
-                    this.fenced_clean(&addr, leaving, true).await
+                    this.fenced_clean(&addr, leaving, true).await?
                 }
                 // Failed: its sessions leave under its fence, after its
                 // archive writes are revoked; their last archive stands.
-                Some(NodeState::Down) => Ok(CleanReport {
+                Some(NodeState::Down) => CleanReport {
                     unmapped: this.fail_over_locked(&addr).await?,
                     ..CleanReport::default()
-                }),
+                },
                 // Gone: nobody can press it any more.
-                None => Ok(CleanReport {
+                None => CleanReport {
                     unmapped: this.store.apply_clean(&addr, &leaving, &[]).await?,
                     ..CleanReport::default()
-                }),
-            }
+                },
+            };
+            Ok(CleanReport { expired, ..report })
         })
         .await
     }
@@ -412,6 +417,7 @@ impl NodeCleaner {
             unmapped,
             rebased: rebased.len(),
             archived: true,
+            ..CleanReport::default()
         })
     }
 

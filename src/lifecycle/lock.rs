@@ -74,9 +74,26 @@ pub async fn with_lock<T, E: From<StoreError>>(
     let result = op.await;
     renewal.abort();
     if let Err(error) = store.unlock(&lock, &token).await {
-        warn!(%lock, %error, "could not release the lock; it expires by itself");
+        warn!(%lock, %error, "could not release the lock; retrying until Redis answers");
+        release_later(store.clone(), lock, token);
     }
     result
+}
+
+/// Keeps trying to release a lock Redis did not let go of (it was away).
+/// Left alone, the lock would outlive the outage by up to its TTL (Redis
+/// may come back from its AOF with it): the node's cleans, and with them
+/// every press of its sessions that expired meanwhile, would wait for it.
+fn release_later(store: SessionStore, lock: String, token: String) {
+    spawn_tracked(async move {
+        let give_up = tokio::time::Instant::now() + Duration::from_millis(LOCK_TTL_MS);
+        while tokio::time::Instant::now() < give_up {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if store.unlock(&lock, &token).await.is_ok() {
+                return;
+            }
+        }
+    });
 }
 
 /// Work started with [`detached`] that has not finished yet: shutdown waits

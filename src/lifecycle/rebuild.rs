@@ -124,7 +124,8 @@ impl Rebuilder {
     /// registry of an earlier version), then declare the registry complete.
     async fn start_fresh(&self) -> Result<Registry, CleanError> {
         for record in self.store.list_nodes().await? {
-            self.archive
+            let number = self
+                .archive
                 .upsert_member(&Member {
                     address: record.address.clone(),
                     name: record.name.clone(),
@@ -132,8 +133,10 @@ impl Rebuilder {
                     state: record.state.as_str().to_owned(),
                     instance: None,
                     generation: 0,
+                    number: 0,
                 })
                 .await?;
+            self.store.set_node_number(&record.address, number).await?;
         }
         self.store
             .set_registry_epoch(&uuid::Uuid::new_v4().to_string())
@@ -168,6 +171,7 @@ impl Rebuilder {
                 instance: member.instance.clone(),
                 reason: (!answered)
                     .then(|| "did not answer during the registry rebuild".to_owned()),
+                number: member.number as u64,
             };
             self.store.register_node(&record, true).await?;
             self.cleaner.table().upsert(&record);

@@ -1,10 +1,11 @@
 //! The expiry sweep (DESIGN §4.3): every `SWEEP_INTERVAL_SECS`, archive the
 //! sessions whose life ended, node by node, through the cleaner. It reads
-//! only the expired part of the expiry index: O(expired), never a scan.
+//! only the expired part of each node's expiry lists: O(expired), never a
+//! scan of the live sessions.
 //! Nodes are cleaned concurrently, each within its own deadline: a hung node
 //! delays only its own sessions (DESIGN §4.13).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::cleaner::{CleanError, CleanReport, NodeCleaner};
-use crate::store::{now_ms, SessionStore, StoreError};
+use crate::store::{now_ms, Expiring, SessionStore, StoreError};
 
 /// Most sessions one sweep takes on; the rest wait for the next round.
 pub const MAX_PER_SWEEP: usize = 100_000;
@@ -23,7 +24,7 @@ pub const MAX_PER_CLEAN: usize = 5_000;
 /// What one sweep did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SweepReport {
-    /// Expired sessions found in the index.
+    /// Expired sessions found (still on their node and past their end).
     pub expired: usize,
     /// Sessions unmapped (archived, or dropped from a down node).
     pub unmapped: usize,
@@ -85,35 +86,34 @@ impl Sweeper {
                 }
             }
         }
-        let expired = self.store.expired(now_ms, MAX_PER_SWEEP).await?;
-        report.expired = expired.len();
-        let nodes = self.store.nodes_of(&expired).await?;
-        let mut by_node: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        let mut orphans = Vec::new();
-        for (id, node) in expired.into_iter().zip(nodes) {
-            match node {
-                Some(node) => by_node.entry(node).or_default().push(id),
-                None => orphans.push(id),
+        // Each node's expiry lists, read only as far as `now_ms`.
+        let nodes = self.store.list_nodes().await?;
+        let reads = nodes
+            .iter()
+            .map(|node| self.store.expiring(&node.address, now_ms, MAX_PER_SWEEP));
+        let mut due = Vec::new();
+        for (node, expiring) in nodes.iter().zip(futures::future::join_all(reads).await) {
+            let expiring = expiring?;
+            if !expiring.ids.is_empty() || !expiring.passed.is_empty() {
+                due.push((node.address.clone(), expiring));
             }
         }
-        self.store.forget_expiry(&orphans).await?;
-        let cleans = by_node.into_iter().map(|(node, ids)| async move {
-            let outcome =
-                tokio::time::timeout(self.node_deadline, self.expire_all(&node, &ids, now_ms))
-                    .await;
-            (node, ids.len(), outcome)
+        let cleans = due.into_iter().map(|(node, expiring)| async move {
+            let outcome = self.sweep_one(&node, &expiring, now_ms).await;
+            (node, expiring.ids.len(), outcome)
         });
         for (node, sessions, outcome) in futures::future::join_all(cleans).await {
             match outcome {
-                Ok(Ok(clean)) => {
+                Some(Ok(clean)) => {
+                    report.expired += clean.expired;
                     report.unmapped += clean.unmapped;
                     report.rebased += clean.rebased;
                 }
-                Ok(Err(error)) => {
+                Some(Err(error)) => {
                     warn!(%node, %error, sessions, "sweep could not clean node; retrying next round");
                     report.failed_nodes.push(node);
                 }
-                Err(_) => {
+                None => {
                     warn!(%node, sessions, "sweep gave up waiting for node; retrying next round");
                     report.failed_nodes.push(node);
                 }
@@ -132,6 +132,32 @@ impl Sweeper {
         Ok(report)
     }
 
+    /// One node's part of a sweep: its expired sessions archived, then the
+    /// seconds that passed forgotten (only then: a failed clean is retried
+    /// from the same lists). `None` if it outlasted the node's deadline.
+    async fn sweep_one(
+        &self,
+        node: &str,
+        expiring: &Expiring,
+        now_ms: i64,
+    ) -> Option<Result<CleanReport, CleanError>> {
+        let cleaned = tokio::time::timeout(
+            self.node_deadline,
+            self.expire_all(node, &expiring.ids, now_ms),
+        )
+        .await
+        .ok()?;
+        Some(match cleaned {
+            Ok(clean) => self
+                .store
+                .forget_expiring(node, &expiring.passed)
+                .await
+                .map(|()| clean)
+                .map_err(CleanError::from),
+            Err(error) => Err(error),
+        })
+    }
+
     /// Every expired session of one node, in batches of [`MAX_PER_CLEAN`].
     async fn expire_all(
         &self,
@@ -142,6 +168,7 @@ impl Sweeper {
         let mut total = CleanReport::default();
         for batch in ids.chunks(MAX_PER_CLEAN) {
             let clean = self.cleaner.expire(node, batch, now_ms).await?;
+            total.expired += clean.expired;
             total.unmapped += clean.unmapped;
             total.rebased += clean.rebased;
         }
@@ -176,16 +203,15 @@ impl Sweeper {
             _ => return Ok(()),
         }
         let expired_by_ms = now_ms.saturating_add(self.expiry_batch_ms);
-        let expired = self.store.expired(expired_by_ms, MAX_PER_CLEAN).await?;
-        let nodes = self.store.nodes_of(&expired).await?;
-        let mut mine: Vec<String> = expired
-            .into_iter()
-            .zip(nodes)
-            .filter(|(id, node)| node.as_deref() == Some(addr) && id != session_id)
-            .map(|(id, _)| id)
-            .take(MAX_PER_CLEAN - 1)
-            .collect();
-        mine.push(session_id.to_owned());
+        let mut mine = self
+            .store
+            .expiring(addr, expired_by_ms, MAX_PER_CLEAN)
+            .await?
+            .ids;
+        if !mine.iter().any(|id| id == session_id) {
+            mine.truncate(MAX_PER_CLEAN - 1);
+            mine.push(session_id.to_owned());
+        }
         self.cleaner.expire(addr, &mine, expired_by_ms).await?;
         Ok(())
     }

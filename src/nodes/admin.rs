@@ -156,7 +156,7 @@ impl NodeAdmin {
             }
             // The admin's name, else the node's own, else host:port.
             let name = name.or(health.name).unwrap_or(host_port);
-            let record = NodeRecord {
+            let mut record = NodeRecord {
                 address: addr.clone(),
                 name,
                 weight: requested_weight.unwrap_or(1),
@@ -164,9 +164,11 @@ impl NodeAdmin {
                 active_sessions: 0,
                 instance: health.instance.clone(),
                 reason,
+                number: 0,
             };
             // Postgres first: a node Redis knows is always one a rebuild knows.
-            this.archive
+            record.number = this
+                .archive
                 .upsert_member(&Member {
                     address: addr.clone(),
                     name: record.name.clone(),
@@ -174,6 +176,7 @@ impl NodeAdmin {
                     state: state.as_str().to_owned(),
                     instance: health.instance,
                     generation: 0,
+                    number: 0,
                 })
                 .await?;
             if this.store.register_node(&record, false).await?.is_none() {

@@ -7,21 +7,27 @@
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `P session:{id}` | hash | `node`, `base`, `exp` (ms since epoch) |
-//! | `P expiry` | zset | session id by expiry time (the sweep reads only expired ones) |
+//! | `P mappings:{hhhh}` | hash | session id -> `{node number}:{base}:{expires at, ms}`; 65,536 buckets by SHA-1 of the id (small listpacks, not a key per session) |
+//! | `P expiring:{number}` | zset | the seconds in which sessions placed on the node expire |
+//! | `P expiring:{number}:{second}` | list | ids placed on the node that expire in that second (entries of sessions that left are skipped when read, dropped when the second is swept) |
+//! | `P node_numbers`, `P node_addresses` | hash | node address <-> number (Postgres assigns numbers and never reuses one, so a replica remembers number -> address for good) |
 //! | `P nodes` | zset | node address by registration time |
-//! | `P node:{addr}` | hash | `name`, `weight`, `state`, `sessions` |
-//! | `P node_sessions:{addr}` | set | ids of the sessions mapped to the node |
+//! | `P node:{addr}` | hash | `name`, `weight`, `state`, `sessions`, `number`, `instance`, `reason` |
 //! | `P placeable` | zset | up nodes scored by active sessions (placement is `ZRANGE 0 0`) |
 //! | `P lock:{name}` | string | short admin locks (one operation per node at a time), renewed while held |
 //! | `P fences`, `P fence_seq`, `P fence_acks:{addr}:{seq}`, `P replicas`, `P journal:{addr}` | | the clean fence, see [`fences`] |
 //! | `P events` | pub/sub channel | wakes replicas when a fence is raised, lowered or acknowledged |
 //! | `P registry` | string | the registry's epoch: written once the registry is complete; missing means Redis forgot it (DESIGN §4.12) |
+//!
+//! About 120 bytes of Redis per session with 45-byte ids (the mapping and
+//! one expiry-list entry); ids over 64 bytes turn their bucket into a plain
+//! hash table and cost more.
 
 mod fences;
 mod nodes;
 mod sessions;
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -29,7 +35,7 @@ use redis::AsyncCommands;
 
 pub use fences::{Fence, FenceReason, Journal};
 pub use nodes::{NodeRecord, NodeState};
-pub use sessions::{Mapping, Placed, Placement};
+pub use sessions::{Expiring, Mapping, Placed, Placement};
 
 #[derive(Debug, thiserror::Error)]
 #[error("{context}")]
@@ -61,6 +67,9 @@ pub struct SessionStore {
     conn: ConnectionManager,
     prefix: std::sync::Arc<str>,
     scripts: std::sync::Arc<Scripts>,
+    /// Node number -> address, filled on first sight: a number is never
+    /// given to another address, so an entry never goes stale.
+    node_addresses: std::sync::Arc<std::sync::RwLock<HashMap<u64, std::sync::Arc<str>>>>,
 }
 
 struct Scripts {
@@ -69,6 +78,14 @@ struct Scripts {
     set_node_state: redis::Script,
     unmap_node: redis::Script,
     apply_clean: redis::Script,
+    expiring: redis::Script,
+    forget_expiring: redis::Script,
+    delete_node: redis::Script,
+}
+
+/// A script that works on session mappings: the shared helpers first.
+fn mapping_script(body: &str) -> redis::Script {
+    redis::Script::new(&format!("{}\n{body}", include_str!("prelude.lua")))
 }
 
 impl SessionStore {
@@ -88,12 +105,16 @@ impl SessionStore {
             conn,
             prefix: prefix.into(),
             scripts: std::sync::Arc::new(Scripts {
-                place: redis::Script::new(include_str!("place.lua")),
+                place: mapping_script(include_str!("place.lua")),
                 register_node: redis::Script::new(include_str!("register_node.lua")),
                 set_node_state: redis::Script::new(include_str!("set_node_state.lua")),
-                unmap_node: redis::Script::new(include_str!("unmap_node.lua")),
-                apply_clean: redis::Script::new(include_str!("apply_clean.lua")),
+                unmap_node: mapping_script(include_str!("unmap_node.lua")),
+                apply_clean: mapping_script(include_str!("apply_clean.lua")),
+                expiring: mapping_script(include_str!("expiring.lua")),
+                forget_expiring: mapping_script(include_str!("forget_expiring.lua")),
+                delete_node: mapping_script(include_str!("delete_node.lua")),
             }),
+            node_addresses: Default::default(),
         })
     }
 
@@ -124,6 +145,33 @@ impl SessionStore {
 
     fn conn(&self) -> ConnectionManager {
         self.conn.clone()
+    }
+
+    /// The address of node `number`, from memory after the first read.
+    /// `None` if Redis does not know the number (it forgot everything).
+    async fn node_address(&self, number: u64) -> StoreResult<Option<std::sync::Arc<str>>> {
+        let known = self
+            .node_addresses
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&number)
+            .cloned();
+        if known.is_some() {
+            return Ok(known);
+        }
+        let address: Option<String> = self
+            .conn()
+            .hget(self.key(&["node_addresses"]), number)
+            .await
+            .context("reading a node's address from Redis")?;
+        Ok(address.map(|address| {
+            let address: std::sync::Arc<str> = address.into();
+            self.node_addresses
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(number, address.clone());
+            address
+        }))
     }
 
     /// Wakes every replica: a fence changed (see [`fences`]).

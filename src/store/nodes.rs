@@ -59,6 +59,9 @@ pub struct NodeRecord {
     pub instance: Option<String>,
     /// Why the node is down, when it is.
     pub reason: Option<String>,
+    /// Its number (Postgres assigns it): session mappings name their node
+    /// by it.
+    pub number: u64,
 }
 
 impl SessionStore {
@@ -77,6 +80,8 @@ impl SessionStore {
             .key(self.key(&["nodes"]))
             .key(self.key(&["placeable"]))
             .key(self.key(&["registry"]))
+            .key(self.key(&["node_numbers"]))
+            .key(self.key(&["node_addresses"]))
             .arg(&node.address)
             .arg(&node.name)
             .arg(node.weight)
@@ -85,6 +90,7 @@ impl SessionStore {
             .arg(if rebuilding { "1" } else { "0" })
             .arg(node.instance.as_deref().unwrap_or(""))
             .arg(node.reason.as_deref().unwrap_or(""))
+            .arg(node.number)
             .invoke_async(&mut self.conn())
             .await
             .context("registering a node in Redis")?;
@@ -158,15 +164,30 @@ impl SessionStore {
 
     /// Deletes a node from the registry (after its sessions were unmapped).
     pub async fn delete_node(&self, address: &str) -> StoreResult<()> {
+        self.scripts
+            .delete_node
+            .key(self.key(&["node", address]))
+            .key(self.key(&["nodes"]))
+            .key(self.key(&["placeable"]))
+            .arg(self.prefix.as_ref())
+            .arg(address)
+            .invoke_async::<i64>(&mut self.conn())
+            .await
+            .context("deleting a node from Redis")?;
+        Ok(())
+    }
+
+    /// Gives a registered node its number: for a registry an older version
+    /// wrote, which named nodes by address only.
+    pub async fn set_node_number(&self, address: &str, number: u64) -> StoreResult<()> {
         redis::pipe()
             .atomic()
-            .del(self.key(&["node", address]))
-            .del(self.key(&["node_sessions", address]))
-            .zrem(self.key(&["nodes"]), address)
-            .zrem(self.key(&["placeable"]), address)
+            .hset(self.key(&["node", address]), "number", number)
+            .hset(self.key(&["node_numbers"]), address, number)
+            .hset(self.key(&["node_addresses"]), number, address)
             .query_async::<()>(&mut self.conn())
             .await
-            .context("deleting a node from Redis")
+            .context("numbering a node in Redis")
     }
 
     pub async fn get_node(&self, address: &str) -> StoreResult<Option<NodeRecord>> {
@@ -267,5 +288,6 @@ fn record_from_fields(address: &str, fields: Vec<(String, String)>) -> Option<No
         active_sessions: get("sessions").and_then(|s| s.parse().ok()).unwrap_or(0),
         instance: get("instance").filter(|i| !i.is_empty()).map(str::to_owned),
         reason: get("reason").filter(|r| !r.is_empty()).map(str::to_owned),
+        number: get("number").and_then(|n| n.parse().ok()).unwrap_or(0),
     })
 }

@@ -11,29 +11,32 @@
 -- data and the registry is being rebuilt (the nodes still hold live counts
 -- that must be archived first).
 --
--- KEYS[1] session hash, KEYS[2] placeable zset (up nodes by active sessions),
--- KEYS[3] expiry zset, KEYS[4] registry epoch.  ARGV: prefix, session id,
--- base, expires_at_ms, stale node, preferred node ('' for least sessions).
+-- KEYS[1] the session's mapping bucket, KEYS[2] placeable zset (up nodes by
+-- active sessions), KEYS[3] registry epoch.  ARGV: prefix, session id, base,
+-- expires_at_ms, stale node, preferred node ('' for least sessions).
 -- Returns {node, base, expires_at_ms, created(0|1)}, false when no node is
 -- up, or {'', 0, 0, -1} while the registry is not complete.
-if redis.call('EXISTS', KEYS[4]) == 0 then
+if redis.call('EXISTS', KEYS[3]) == 0 then
   return {'', 0, 0, -1}
 end
 local prefix, id, base, exp, stale = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local cur = redis.call('HMGET', KEYS[1], 'node', 'base', 'exp')
-if cur[1] then
-  if cur[1] ~= stale then
-    return {cur[1], cur[2], cur[3], 0}
+local current = redis.call('HGET', KEYS[1], id)
+if current then
+  local number, cur_base, cur_exp = unpack_mapping(current)
+  local addr = number and redis.call('HGET', prefix .. 'node_addresses', number)
+  if addr and addr ~= stale then
+    return {addr, cur_base, cur_exp, 0}
   end
-  redis.call('SREM', prefix .. 'node_sessions:' .. stale, id)
-  if redis.call('EXISTS', prefix .. 'node:' .. stale) == 1 then
-    redis.call('HINCRBY', prefix .. 'node:' .. stale, 'sessions', -1)
+  -- Mapped to the stale node (or to nothing Redis knows): drop it.
+  if addr then
+    if redis.call('EXISTS', prefix .. 'node:' .. addr) == 1 then
+      redis.call('HINCRBY', prefix .. 'node:' .. addr, 'sessions', -1)
+    end
+    if redis.call('ZSCORE', KEYS[2], addr) then
+      redis.call('ZINCRBY', KEYS[2], -1, addr)
+    end
   end
-  if redis.call('ZSCORE', KEYS[2], stale) then
-    redis.call('ZINCRBY', KEYS[2], -1, stale)
-  end
-  redis.call('DEL', KEYS[1])
-  redis.call('ZREM', KEYS[3], id)
+  redis.call('HDEL', KEYS[1], id)
 end
 local node = nil
 if ARGV[6] ~= '' and ARGV[6] ~= stale and redis.call('ZSCORE', KEYS[2], ARGV[6]) then
@@ -44,9 +47,14 @@ end
 if not node then
   return false
 end
-redis.call('HSET', KEYS[1], 'node', node, 'base', base, 'exp', exp)
-redis.call('ZADD', KEYS[3], exp, id)
+local number = redis.call('HGET', prefix .. 'node_numbers', node)
+if not number then
+  return redis.error_reply('node ' .. node .. ' has no number (registered by an older version)')
+end
+local second = second_of(exp)
+redis.call('HSET', KEYS[1], id, number .. ':' .. base .. ':' .. exp)
+redis.call('RPUSH', expiring_key(prefix, number, second), id)
+redis.call('ZADD', prefix .. 'expiring:' .. number, second, second)
 redis.call('ZINCRBY', KEYS[2], 1, node)
 redis.call('HINCRBY', prefix .. 'node:' .. node, 'sessions', 1)
-redis.call('SADD', prefix .. 'node_sessions:' .. node, id)
 return {node, base, exp, 1}

@@ -63,6 +63,14 @@ pub fn deal(sessions: &[String], workers: usize) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// Wall-clock time as the store keeps it: ms since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
 /// A unique tag for this test's keys and session ids.
 pub fn unique(tag: &str) -> String {
     format!("{tag}-{}", uuid::Uuid::new_v4().simple())

@@ -1,0 +1,115 @@
+//! The compact Redis layout (store/mod.rs): mappings in hashed buckets,
+//! each node's expiry lists, node numbers. What it must never do: leave
+//! keys behind, let an old list entry end a session placed anew, or give a
+//! number to a second address.
+
+mod common;
+
+use common::{now_ms, redis_url, spawn_app, start_nodes, unique};
+
+/// Every key of this test's prefix that starts with `kind`.
+async fn keys(prefix: &str, kind: &str) -> Vec<String> {
+    let client = redis::Client::open(redis_url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("KEYS")
+        .arg(format!("{prefix}{kind}*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_placement_script_and_the_plain_read_agree_on_every_bucket() {
+    let app = spawn_app().await;
+    let _nodes = start_nodes(&app, 1, false).await;
+    let tag = unique("bucket");
+    // Ids that land in many buckets: Lua's SHA-1 and ours must agree on all.
+    for i in 0..200 {
+        let id = format!("{tag}-{i}-é");
+        app.ctx
+            .store
+            .place(&id, i, now_ms() + 60_000, None, None)
+            .await
+            .unwrap();
+        let mapping = app.ctx.store.lookup(&id).await.unwrap();
+        assert_eq!(mapping.map(|m| m.base), Some(i), "{id}");
+    }
+    let buckets = keys(app.ctx.store.prefix(), "mappings:").await;
+    assert!(buckets.len() > 150, "200 ids in {} buckets", buckets.len());
+}
+
+#[tokio::test]
+async fn a_swept_second_leaves_no_key_behind() {
+    let app = spawn_app().await;
+    let _nodes = start_nodes(&app, 2, false).await;
+    let tag = unique("swept");
+    for i in 0..50 {
+        let id = format!("{tag}-{i}");
+        app.ctx.store.place(&id, 0, 1, None, None).await.unwrap();
+    }
+    let prefix = app.ctx.store.prefix().to_owned();
+    assert!(!keys(&prefix, "expiring:").await.is_empty());
+    let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
+    assert_eq!(report.unmapped, 50, "{report:?}");
+    assert_eq!(keys(&prefix, "expiring:").await, Vec::<String>::new());
+    assert_eq!(keys(&prefix, "mappings:").await, Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn an_old_expiry_entry_does_not_end_a_session_placed_anew() {
+    let app = spawn_app().await;
+    let nodes = start_nodes(&app, 1, false).await;
+    let id = unique("anew");
+    let store = &app.ctx.store;
+    store.place(&id, 0, 1, None, None).await.unwrap();
+    // Its node failed (as a press saw it): placed anew, to live an hour.
+    store
+        .place(&id, 7, now_ms() + 3_600_000, Some(&nodes[0].address), None)
+        .await
+        .unwrap();
+    let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
+    assert_eq!(report.unmapped, 0, "{report:?}");
+    let mapping = store.lookup(&id).await.unwrap().expect("still mapped");
+    assert_eq!(mapping.base, 7);
+    // The stale entry went with its second; the live one stays.
+    let lists = keys(store.prefix(), "expiring:").await;
+    assert_eq!(lists.len(), 2, "the node's seconds and one list: {lists:?}");
+    assert_eq!(store.node_sessions(&nodes[0].address).await.unwrap(), [id]);
+}
+
+#[tokio::test]
+async fn removing_a_node_takes_its_mappings_and_expiry_lists_along() {
+    let app = spawn_app().await;
+    let nodes = start_nodes(&app, 1, false).await;
+    let tag = unique("removed");
+    for i in 0..20 {
+        assert_eq!(app.press(&format!("{tag}-{i}")).await.status, 200);
+    }
+    let prefix = app.ctx.store.prefix().to_owned();
+    assert!(!keys(&prefix, "mappings:").await.is_empty());
+    app.remove_node(&nodes[0].address).await;
+    assert_eq!(keys(&prefix, "expiring:").await, Vec::<String>::new());
+    assert_eq!(keys(&prefix, "mappings:").await, Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_node_number_is_never_given_to_another_address() {
+    let app = spawn_app().await;
+    let nodes = start_nodes(&app, 2, false).await;
+    let number = |address: String| {
+        let store = app.ctx.store.clone();
+        async move { store.get_node(&address).await.unwrap().unwrap().number }
+    };
+    let first = number(nodes[0].address.clone()).await;
+    let second = number(nodes[1].address.clone()).await;
+    assert_ne!(first, second);
+    // Removed and added again: a new number, so a replica that remembers
+    // the old one can never send a session of the new life to the old.
+    app.remove_node(&nodes[0].address).await;
+    app.add_node(&nodes[0].address, &nodes[0].name).await;
+    let again = number(nodes[0].address.clone()).await;
+    assert!(
+        again != first && again != second,
+        "{first} {second} {again}"
+    );
+}
