@@ -15,7 +15,9 @@
 #
 # Knobs: ROUNDS (3), DURATION (10s), WARMUP (2s), CONNS (64), ID_POOL
 # (10000), PIN (split|none), DATABASE_URL, NC_ENV (extra VAR=value words for
-# nodes-control). Needs nginx, haproxy, wrk, redis-server, curl, taskset.
+# nodes-control), NEW_SESSIONS (1: a fourth contestant, nodes-control with
+# every press a new id, and its rate beside existing sessions). Needs nginx,
+# haproxy, wrk, redis-server, curl, taskset.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROUNDS=${ROUNDS:-3}
@@ -155,8 +157,13 @@ start_nodes_control() { # port
     RUST_LOG=warn ${NC_ENV:-} "$NC"
 }
 
+start_nodes_control_new() { # port: the same, pressed with new ids only
+  start_nodes_control "$1"
+}
+
 run_one() { # round balancer
-  local round=$1 lb=$2 port a b c line
+  local round=$1 lb=$2 port a b c line new=0
+  [ "$lb" = nodes-control-new ] && new=1
   start_nodes
   port=$(free_port)
   "start_${lb//-/_}" "$port"
@@ -172,14 +179,15 @@ run_one() { # round balancer
   b=$(press "$port" "sticky-$round-$lb"); c=$(press "$port" "sticky-$round-$lb")
   local sticky=FAIL
   [[ $a == *" 1 time"* && $b == *" 2 times"* && $c == *" 3 times"* ]] && sticky=ok
-  on_cpu 0 wrk -t1 -c"$CONNS" -d"$WARMUP" -s "$LUA" "http://127.0.0.1:$port" >/dev/null 2>&1 || true
-  line=$(on_cpu 0 wrk -t1 -c"$CONNS" -d"$DURATION" --timeout 5s -s "$LUA" "http://127.0.0.1:$port" | grep '^RESULT' || true)
+  NEW=$new on_cpu 0 wrk -t1 -c"$CONNS" -d"$WARMUP" -s "$LUA" "http://127.0.0.1:$port" >/dev/null 2>&1 || true
+  line=$(NEW=$new on_cpu 0 wrk -t1 -c"$CONNS" -d"$DURATION" --timeout 5s -s "$LUA" "http://127.0.0.1:$port" | grep '^RESULT' || true)
   stop_all
   [ -n "$line" ] || { echo "round=$round lb=$lb FAILED (logs: $WORK)"; return; }
   echo "round=$round lb=$lb sticky=$sticky ${line#RESULT }" | tee -a "$RESULTS"
 }
 
 LBS=(nginx haproxy nodes-control)
+[ "${NEW_SESSIONS:-0}" = 1 ] && LBS+=(nodes-control-new)
 echo "# bench-press: rounds=$ROUNDS duration=$DURATION conns=$CONNS ids=$ID_POOL pin=$PIN commit=$(git rev-parse --short HEAD 2>/dev/null || echo none) $(date -u +%FT%TZ)"
 for (( r = 1; r <= ROUNDS; r++ )); do
   for (( j = 0; j < ${#LBS[@]}; j++ )); do
@@ -196,7 +204,9 @@ for run in runs:
     by.setdefault(run["lb"], {})[run["round"]] = run
 nginx = by.get("nginx", {})
 print(f"{'balancer':<14} {'presses/s':>10} {'p99 ms':>8} {'vs nginx':>9} {'p99 vs nginx':>13} {'errors':>7} sticky")
-for lb in ["nginx", "haproxy", "nodes-control"]:
+for lb in ["nginx", "haproxy", "nodes-control", "nodes-control-new"]:
+    if lb == "nodes-control-new" and lb not in by:
+        continue
     rounds = by.get(lb, {})
     if not rounds:
         print(f"{lb:<14} no result"); continue
@@ -208,4 +218,9 @@ for lb in ["nginx", "haproxy", "nodes-control"]:
     errors = sum(int(r["errors"]) for r in rounds.values())
     sticky = "ok" if all(r["sticky"] == "ok" for r in rounds.values()) else "FAIL"
     print(f"{lb:<14} {rps:>10.0f} {p99:>8.2f} {ratio:>9.2f} {p99_ratio:>13.2f} {errors:>7} {sticky}")
+old, new = by.get("nodes-control", {}), by.get("nodes-control-new", {})
+shared = [k for k in new if k in old]
+if shared:
+    ratio = statistics.median(float(new[k]["rps"]) / float(old[k]["rps"]) for k in shared)
+    print(f"new sessions vs existing sessions (nodes-control, per round): {ratio:.2f}")
 EOF
