@@ -2,6 +2,8 @@
 //! (the hot path; reqwest costs about a quarter of the throughput there);
 //! admin calls (`/clean`, `/health`) go through reqwest.
 
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -100,7 +102,7 @@ impl NodeClient {
         let mut roots = rustls::RootCertStore::empty();
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
         let extra = match extra_roots {
-            Some(pem) => rustls_pemfile::certs(&mut &pem[..])
+            Some(pem) => CertificateDer::pem_slice_iter(pem)
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| TlsError(format!("reading NODE_CA_FILE: {e}")))?,
             None => Vec::new(),

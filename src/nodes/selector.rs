@@ -70,7 +70,9 @@ impl Selector {
             .all()
             .iter()
             .filter(|e| e.state() == NodeState::Up)
-            .map(|e| Node::new(&e.address, e.weight()))
+            // The admin API takes weights in 1..=1000 only; a node with any
+            // other (written by hand into Redis) is left out of selection.
+            .filter_map(|e| Node::new(&e.address, e.weight()).ok())
             .collect();
         self.strategy.set_nodes(&nodes);
         self.seen.store(version, Ordering::Release);

@@ -14,7 +14,7 @@ use criterion::{BenchmarkId, Criterion};
 
 fn nodes(n: usize) -> Vec<Node> {
     (0..n)
-        .map(|i| Node::new(&format!("10.0.{}.{}:8080", i / 250, i % 250), 1))
+        .map(|i| Node::unweighted(&format!("10.0.{}.{}:8080", i / 250, i % 250)))
         .collect()
 }
 
@@ -36,7 +36,7 @@ fn spread(s: &dyn Strategy, n: usize) -> (f64, f64) {
     let var = (0..n)
         .map(|i| {
             let c = counts
-                .get(&nodes(n)[i].id.to_string())
+                .get(&nodes(n)[i].id().to_string())
                 .copied()
                 .unwrap_or(0) as f64;
             (c - mean).powi(2)
@@ -56,7 +56,7 @@ fn moved(s: &dyn Strategy, n: usize) -> (f64, f64) {
         .map(|i| s.pick(&key(i)).unwrap().node().to_string())
         .collect();
     s.set_nodes(&all[..n - 1]);
-    let leaving = all[n - 1].id.to_string();
+    let leaving = all[n - 1].id().to_string();
     let (mut moved, mut others_moved, mut others) = (0, 0, 0);
     for (i, was) in before.iter().enumerate() {
         let now = s.pick(&key(i)).unwrap().node().to_string();

@@ -16,16 +16,21 @@ use crate::load::InFlight;
 /// Something that serves requests: an HTTP endpoint, a database replica,
 /// a [`Balancer`] of them.
 pub trait Backend: Send + Sync {
+    /// What a call sends; cloned for a retry on another instance.
     type Request: Clone + Send;
+    /// What a successful call returns.
     type Response: Send;
+    /// Why a call failed (the instance is then ejected for a while).
     type Error: std::error::Error + Send + Sync + 'static;
 
+    /// Serves one request.
     fn invoke(
         &self,
         request: Self::Request,
     ) -> impl Future<Output = Result<Self::Response, Self::Error>> + Send;
 }
 
+/// Timeouts and ejection back-off of a [`Balancer`].
 #[derive(Debug, Clone)]
 pub struct BalancerConfig {
     /// Longest one attempt may take before it counts as a failure.
@@ -34,6 +39,7 @@ pub struct BalancerConfig {
     pub deadline: Duration,
     /// Ejection after a first failure; doubles with each failure in a row.
     pub base_ejection: Duration,
+    /// The longest an instance stays ejected, however often it failed.
     pub max_ejection: Duration,
 }
 
@@ -51,12 +57,16 @@ impl Default for BalancerConfig {
 /// Why a call through the balancer failed.
 #[derive(Debug, thiserror::Error)]
 pub enum BalancerError<E: std::error::Error + 'static> {
+    /// Built with no backend at all.
     #[error("the balancer has no instance")]
     NoInstance,
+    /// Every instance tried answered an error; the last one's.
     #[error("every instance tried failed; the last with: {0}")]
     AllFailed(#[source] E),
+    /// Every instance tried outlasted the attempt timeout.
     #[error("every instance tried timed out")]
     AllTimedOut,
+    /// The call's deadline passed first.
     #[error("the deadline passed before any instance answered")]
     DeadlineExceeded,
 }
@@ -74,6 +84,8 @@ struct Health {
     ejected_until: Option<Instant>,
 }
 
+/// Spreads calls over `B`s: the least-loaded instance that is not ejected,
+/// retrying a failed call on another one within the deadline.
 pub struct Balancer<B> {
     instances: Vec<Instance<B>>,
     config: BalancerConfig,
@@ -87,6 +99,7 @@ enum Outcome<E> {
 }
 
 impl<B: Backend> Balancer<B> {
+    /// A balancer over `backends`, all admitted.
     pub fn new(backends: Vec<B>, config: BalancerConfig) -> Self {
         Self {
             instances: backends

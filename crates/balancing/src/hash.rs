@@ -3,6 +3,7 @@
 
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
+/// The 64-bit XXH3 hash of `key`: stable across processes and versions.
 pub fn hash_key(key: &[u8]) -> u64 {
     xxh3_64(key)
 }

@@ -9,12 +9,15 @@ use std::sync::RwLock;
 use crate::hash::hash_key;
 use crate::{Node, NodeId, Pick, Strategy};
 
+/// `hash(key) mod n`: even and stateless, but a change of membership moves
+/// most keys.
 #[derive(Debug, Default)]
 pub struct KeyHash {
     nodes: RwLock<Vec<NodeId>>,
 }
 
 impl KeyHash {
+    /// An empty key hash; give it nodes with [`Strategy::set_nodes`].
     pub fn new() -> Self {
         Self::default()
     }
@@ -48,6 +51,7 @@ pub struct IpHash {
 }
 
 impl IpHash {
+    /// An empty IP hash; give it nodes with [`Strategy::set_nodes`].
     pub fn new() -> Self {
         Self::default()
     }

@@ -9,21 +9,33 @@ use crate::{
     Random, Rendezvous, RoundRobin, SmoothWeighted, Strategy,
 };
 
+/// Every strategy of the crate, by the name `STRATEGY` spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StrategyKind {
+    /// `rr`: [`RoundRobin`](crate::RoundRobin).
     RoundRobin,
+    /// `wrr`: [`SmoothWeighted`](crate::SmoothWeighted) round-robin.
     SmoothWeighted,
+    /// `lc`: [`LeastConnections`](crate::LeastConnections).
     LeastConnections,
+    /// `ch`: [`ConsistentHash`](crate::ConsistentHash), a ring with bounded loads.
     ConsistentHash,
+    /// `maglev`: [`Maglev`](crate::Maglev).
     Maglev,
+    /// `hrw`: [`Rendezvous`](crate::Rendezvous) (highest random weight).
     Rendezvous,
+    /// `key-hash`: [`KeyHash`](crate::KeyHash).
     KeyHash,
+    /// `ip-hash`: [`IpHash`](crate::IpHash).
     IpHash,
+    /// `random`: [`Random`](crate::Random), weighted.
     Random,
+    /// `p2c`: [`PowerOfTwoChoices`](crate::PowerOfTwoChoices).
     PowerOfTwoChoices,
 }
 
 impl StrategyKind {
+    /// Every kind, in the order the docs list them.
     pub const ALL: [StrategyKind; 10] = [
         StrategyKind::RoundRobin,
         StrategyKind::SmoothWeighted,
@@ -37,6 +49,7 @@ impl StrategyKind {
         StrategyKind::PowerOfTwoChoices,
     ];
 
+    /// The name `STRATEGY` and [`FromStr`] use.
     pub fn as_str(self) -> &'static str {
         match self {
             StrategyKind::RoundRobin => "rr",
@@ -71,6 +84,7 @@ impl fmt::Display for StrategyKind {
     }
 }
 
+/// A strategy name that is none of [`StrategyKind`]'s.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown strategy {0:?}: expected one of rr, wrr, lc, ch, maglev, hrw, key-hash, ip-hash, random, p2c")]
 pub struct UnknownStrategy(pub String);

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crate::load::{CountedNodes, LoadTracker};
 use crate::{Node, Pick, Strategy};
 
+/// The node with the fewest requests in flight (ties rotate).
 #[derive(Debug, Default)]
 pub struct LeastConnections {
     tracker: LoadTracker,
@@ -16,6 +17,7 @@ pub struct LeastConnections {
 }
 
 impl LeastConnections {
+    /// With counts of its own.
     pub fn new() -> Self {
         Self::default()
     }
@@ -28,6 +30,7 @@ impl LeastConnections {
         }
     }
 
+    /// The in-flight counts it decides on.
     pub fn tracker(&self) -> &LoadTracker {
         &self.tracker
     }

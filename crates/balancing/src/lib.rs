@@ -14,12 +14,13 @@
 //! use balancing::{Node, RoundRobin, Strategy};
 //!
 //! let rr = RoundRobin::new();
-//! rr.set_nodes(&[Node::new("a", 1), Node::new("b", 1)]);
+//! rr.set_nodes(&[Node::unweighted("a"), Node::unweighted("b")]);
 //! let picks: Vec<_> = (0..4).map(|_| rr.pick(b"").unwrap().node().to_string()).collect();
 //! assert_eq!(picks, ["a", "b", "a", "b"]);
 //! ```
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod client;
 mod hash;
@@ -48,27 +49,69 @@ pub use maglev::{Maglev, DEFAULT_TABLE_SIZE};
 pub use p2c::PowerOfTwoChoices;
 pub use random::Random;
 pub use rendezvous::Rendezvous;
-pub use ring::ConsistentHash;
+pub use ring::{ConsistentHash, MAX_POINTS_PER_NODE};
 pub use round_robin::RoundRobin;
 pub use weighted::SmoothWeighted;
 
 /// A node's identity: cheap to clone, compared by value.
 pub type NodeId = Arc<str>;
 
-/// A member of the node set.
+/// The heaviest weight a node may carry. Weight-aware strategies spend
+/// memory in proportion (a hash ring holds `virtual nodes x weight` points
+/// per node), so a typo of an extra digit must not build a huge table.
+pub const MAX_WEIGHT: u32 = 10_000;
+
+/// A member of the node set: an id and a weight in `1..=MAX_WEIGHT`.
+///
+/// Built only through [`Node::new`] (or [`Node::unweighted`]), so no
+/// strategy ever sees a weight of 0, which would leave Maglev's table
+/// unfillable and random selection with nothing to draw from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Node {
-    pub id: NodeId,
-    /// Relative capacity, at least 1 (weight-aware strategies only).
-    pub weight: u32,
+    id: NodeId,
+    weight: u32,
+}
+
+/// Why [`Node::new`] refused a node.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidNode {
+    /// Weight 0: a node that should take nothing is left out of the set.
+    #[error("a node's weight must be at least 1")]
+    ZeroWeight,
+    /// A weight above [`MAX_WEIGHT`].
+    #[error("a node's weight must be at most {MAX_WEIGHT}, not {0}")]
+    TooHeavy(u32),
 }
 
 impl Node {
-    pub fn new(id: &str, weight: u32) -> Self {
+    /// A node of relative capacity `weight` (weight-aware strategies only).
+    pub fn new(id: &str, weight: u32) -> Result<Self, InvalidNode> {
+        match weight {
+            0 => Err(InvalidNode::ZeroWeight),
+            w if w > MAX_WEIGHT => Err(InvalidNode::TooHeavy(w)),
+            w => Ok(Self {
+                id: id.into(),
+                weight: w,
+            }),
+        }
+    }
+
+    /// A node of weight 1.
+    pub fn unweighted(id: &str) -> Self {
         Self {
             id: id.into(),
-            weight: weight.max(1),
+            weight: 1,
         }
+    }
+
+    /// The node's identity.
+    pub fn id(&self) -> &NodeId {
+        &self.id
+    }
+
+    /// Its relative capacity, in `1..=MAX_WEIGHT`.
+    pub fn weight(&self) -> u32 {
+        self.weight
     }
 }
 
@@ -94,6 +137,7 @@ impl Pick {
         }
     }
 
+    /// The chosen node.
     pub fn node(&self) -> &NodeId {
         &self.node
     }
@@ -103,6 +147,7 @@ impl Pick {
         self.in_flight.is_some()
     }
 
+    /// The chosen node, ending the in-flight count now.
     pub fn into_node(self) -> NodeId {
         self.node
     }
@@ -127,4 +172,24 @@ pub trait Strategy: Send + Sync {
     /// A node for `key` (key-less strategies ignore it), or `None` when the
     /// set is empty.
     fn pick(&self, key: &[u8]) -> Option<Pick>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_of_weight_zero_or_above_the_maximum_is_refused() {
+        assert_eq!(Node::new("a", 0), Err(InvalidNode::ZeroWeight));
+        assert_eq!(
+            Node::new("a", MAX_WEIGHT + 1),
+            Err(InvalidNode::TooHeavy(MAX_WEIGHT + 1))
+        );
+        let heaviest = Node::new("a", MAX_WEIGHT).unwrap();
+        assert_eq!(
+            (heaviest.id().as_ref(), heaviest.weight()),
+            ("a", MAX_WEIGHT)
+        );
+        assert_eq!(Node::unweighted("b").weight(), 1);
+    }
 }

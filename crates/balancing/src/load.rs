@@ -14,6 +14,7 @@ pub struct LoadTracker {
 }
 
 impl LoadTracker {
+    /// No counts yet.
     pub fn new() -> Self {
         Self::default()
     }
@@ -36,6 +37,7 @@ impl LoadTracker {
             .clone()
     }
 
+    /// Requests in flight on `node` now (0 for a node never counted).
     pub fn load(&self, node: &NodeId) -> usize {
         self.counters
             .read()

@@ -12,6 +12,7 @@ use crate::{Node, NodeId, Pick, Strategy};
 /// The paper's small table size: prime, and much larger than the node count.
 pub const DEFAULT_TABLE_SIZE: usize = 65_537;
 
+/// Maglev hashing: a prime-sized lookup table filled in weighted turns.
 #[derive(Debug)]
 pub struct Maglev {
     size: usize,
@@ -27,6 +28,8 @@ struct Table {
 impl Maglev {
     /// `size` should be a prime well above the number of nodes (the
     /// permutations are only full cycles for a prime size).
+    /// An empty table of `size` slots (best a prime well above the number
+    /// of nodes times their weights; [`DEFAULT_TABLE_SIZE`] is 65,537).
     pub fn new(size: usize) -> Self {
         Self {
             size: size.max(1),
@@ -35,6 +38,7 @@ impl Maglev {
     }
 
     /// Slots owned by each node, in node order (for tests and benchmarks).
+    /// Slots per node in the current table.
     pub fn shares(&self) -> Vec<(NodeId, usize)> {
         let table = self.table.read().unwrap_or_else(|e| e.into_inner()).clone();
         let mut counts = vec![0usize; table.nodes.len()];

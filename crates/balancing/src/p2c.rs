@@ -9,6 +9,7 @@ use rand::{Rng, SeedableRng};
 use crate::load::{CountedNodes, LoadTracker};
 use crate::{Node, Pick, Strategy};
 
+/// Power of two choices: the less loaded of two nodes drawn at random.
 #[derive(Debug)]
 pub struct PowerOfTwoChoices {
     tracker: LoadTracker,
@@ -18,10 +19,12 @@ pub struct PowerOfTwoChoices {
 
 impl PowerOfTwoChoices {
     /// Seeded, so a run can be reproduced.
+    /// With counts of its own, draws from a generator seeded with `seed`.
     pub fn new(seed: u64) -> Self {
         Self::with_tracker(seed, LoadTracker::new())
     }
 
+    /// Shares in-flight counts with other users of `tracker`.
     pub fn with_tracker(seed: u64, tracker: LoadTracker) -> Self {
         Self {
             tracker,
@@ -30,6 +33,7 @@ impl PowerOfTwoChoices {
         }
     }
 
+    /// The in-flight counts it decides on.
     pub fn tracker(&self) -> &LoadTracker {
         &self.tracker
     }

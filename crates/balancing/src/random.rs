@@ -7,6 +7,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::{Node, NodeId, Pick, Strategy};
 
+/// A node at random, in proportion to its weight.
 #[derive(Debug)]
 pub struct Random {
     /// Nodes with the running sum of weights up to and including each.
@@ -15,6 +16,7 @@ pub struct Random {
 }
 
 impl Random {
+    /// Draws from a generator seeded with `seed` (reproducible runs).
     pub fn new(seed: u64) -> Self {
         Self {
             nodes: RwLock::default(),

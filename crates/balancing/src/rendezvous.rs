@@ -8,12 +8,14 @@ use std::sync::RwLock;
 use crate::hash::hash_pair;
 use crate::{Node, Pick, Strategy};
 
+/// Rendezvous (highest random weight) hashing, weighted.
 #[derive(Debug, Default)]
 pub struct Rendezvous {
     nodes: RwLock<Vec<Node>>,
 }
 
 impl Rendezvous {
+    /// An empty set; give it nodes with [`Strategy::set_nodes`](crate::Strategy::set_nodes).
     pub fn new() -> Self {
         Self::default()
     }

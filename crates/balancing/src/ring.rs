@@ -11,6 +11,12 @@ use crate::hash::hash_key;
 use crate::load::{InFlight, LoadTracker};
 use crate::{Node, NodeId, Pick, Strategy};
 
+/// Most points one node puts on the ring (`virtual nodes x weight`, capped):
+/// 100,000 points are 1.2 MB. A heavier node's share stops growing there.
+pub const MAX_POINTS_PER_NODE: u32 = 100_000;
+
+/// Consistent hashing on a ring of virtual nodes, optionally with bounded
+/// loads.
 #[derive(Debug)]
 pub struct ConsistentHash {
     virtual_nodes: u32,
@@ -48,6 +54,7 @@ impl ConsistentHash {
         }
     }
 
+    /// The in-flight counts the bound is checked against.
     pub fn tracker(&self) -> &LoadTracker {
         &self.tracker
     }
@@ -72,9 +79,15 @@ impl Strategy for ConsistentHash {
     }
 
     fn set_nodes(&self, nodes: &[Node]) {
-        let mut points = Vec::with_capacity(nodes.len() * self.virtual_nodes as usize);
+        let per_node = |node: &Node| {
+            self.virtual_nodes
+                .saturating_mul(node.weight)
+                .min(MAX_POINTS_PER_NODE)
+        };
+        let total: usize = nodes.iter().map(|n| per_node(n) as usize).sum();
+        let mut points = Vec::with_capacity(total);
         for (i, node) in nodes.iter().enumerate() {
-            for v in 0..self.virtual_nodes * node.weight {
+            for v in 0..per_node(node) {
                 points.push((hash_key(format!("{}#{v}", node.id).as_bytes()), i as u32));
             }
         }

@@ -4,6 +4,7 @@ use std::sync::Mutex;
 
 use crate::{Node, NodeId, Pick, Strategy};
 
+/// Round-robin in strict order, ignoring weights.
 #[derive(Debug, Default)]
 pub struct RoundRobin {
     /// A std mutex: held for a few instructions, never across an await.
@@ -18,6 +19,7 @@ struct State {
 }
 
 impl RoundRobin {
+    /// An empty rotation; give it nodes with [`Strategy::set_nodes`](crate::Strategy::set_nodes).
     pub fn new() -> Self {
         Self::default()
     }

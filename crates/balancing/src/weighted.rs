@@ -7,6 +7,7 @@ use std::sync::Mutex;
 
 use crate::{Node, NodeId, Pick, Strategy};
 
+/// Smooth weighted round-robin (nginx's): exact shares, interleaved.
 #[derive(Debug, Default)]
 pub struct SmoothWeighted {
     peers: Mutex<Vec<Peer>>,
@@ -20,6 +21,7 @@ struct Peer {
 }
 
 impl SmoothWeighted {
+    /// An empty rotation; give it nodes with [`Strategy::set_nodes`](crate::Strategy::set_nodes).
     pub fn new() -> Self {
         Self::default()
     }

@@ -2,11 +2,16 @@
 
 use std::collections::HashMap;
 
-use balancing::{ConsistentHash, IpHash, KeyHash, LoadTracker, Maglev, Node, Rendezvous, Strategy};
+use balancing::{
+    ConsistentHash, IpHash, KeyHash, LoadTracker, Maglev, Node, Rendezvous, Strategy,
+    MAX_POINTS_PER_NODE, MAX_WEIGHT,
+};
 use proptest::prelude::*;
 
 fn nodes(n: usize) -> Vec<Node> {
-    (0..n).map(|i| Node::new(&format!("node-{i}"), 1)).collect()
+    (0..n)
+        .map(|i| Node::unweighted(&format!("node-{i}")))
+        .collect()
 }
 
 fn keys(n: usize) -> Vec<String> {
@@ -94,7 +99,7 @@ fn bounded_loads_keep_every_node_under_c_times_the_average() {
     drop(held);
     for node in nodes(4) {
         assert_eq!(
-            ring.tracker().load(&node.id),
+            ring.tracker().load(node.id()),
             0,
             "a dropped pick kept its slot"
         );
@@ -117,11 +122,13 @@ fn maglev_shares_stay_within_one_percent_of_weight_shares_from_3_to_100_nodes() 
             );
         }
     }
-    let weighted: Vec<Node> = (0..6).map(|i| Node::new(&format!("w{i}"), i + 1)).collect();
+    let weighted: Vec<Node> = (0..6)
+        .map(|i| Node::new(&format!("w{i}"), i + 1).unwrap())
+        .collect();
     maglev.set_nodes(&weighted);
-    let total_weight: u32 = weighted.iter().map(|n| n.weight).sum();
+    let total_weight: u32 = weighted.iter().map(|n| n.weight()).sum();
     for ((_, share), node) in maglev.shares().iter().zip(&weighted) {
-        let expected = 65_537.0 * f64::from(node.weight) / f64::from(total_weight);
+        let expected = 65_537.0 * f64::from(node.weight()) / f64::from(total_weight);
         assert!(
             (*share as f64 - expected).abs() / expected < 0.01,
             "{node:?}: {share} vs {expected:.0}"
@@ -166,7 +173,7 @@ fn rendezvous_moves_only_the_departed_nodes_keys_and_follows_weights() {
             assert_eq!(before[key], after[key]);
         }
     }
-    hrw.set_nodes(&[Node::new("heavy", 3), Node::new("light", 1)]);
+    hrw.set_nodes(&[Node::new("heavy", 3).unwrap(), Node::unweighted("light")]);
     let heavy = keys
         .iter()
         .filter(|k| hrw.pick(k.as_bytes()).unwrap().node().as_ref() == "heavy")
@@ -247,4 +254,15 @@ proptest! {
             prop_assert_eq!(a, b);
         }
     }
+}
+
+#[test]
+fn the_heaviest_node_puts_a_bounded_number_of_points_on_the_ring() {
+    // u32::MAX virtual nodes times the heaviest weight would overflow u32.
+    let ring = ConsistentHash::new(u32::MAX);
+    ring.set_nodes(&[Node::new("heavy", MAX_WEIGHT).unwrap()]);
+    assert_eq!(ring.points(), MAX_POINTS_PER_NODE as usize);
+    let ring = ConsistentHash::new(150);
+    ring.set_nodes(&[Node::new("a", 3).unwrap(), Node::unweighted("b")]);
+    assert_eq!(ring.points(), 150 * 4, "below the cap, weight still counts");
 }

@@ -5,7 +5,7 @@ use balancing::{LeastConnections, Node, PowerOfTwoChoices, Random, Strategy};
 fn set(s: &dyn Strategy, n: usize) {
     s.set_nodes(
         &(0..n)
-            .map(|i| Node::new(&format!("n{i}"), 1))
+            .map(|i| Node::unweighted(&format!("n{i}")))
             .collect::<Vec<_>>(),
     );
 }
@@ -104,7 +104,7 @@ fn p2c_spreads_held_load_evenly() {
 fn random_is_reproducible_with_a_seed_and_follows_weights() {
     let run = |seed| {
         let r = Random::new(seed);
-        r.set_nodes(&[Node::new("a", 3), Node::new("b", 1)]);
+        r.set_nodes(&[Node::new("a", 3).unwrap(), Node::unweighted("b")]);
         (0..4000)
             .map(|_| r.pick(b"").unwrap().into_node())
             .collect::<Vec<_>>()

@@ -6,7 +6,7 @@ use balancing::{Node, RoundRobin, SmoothWeighted, Strategy};
 use proptest::prelude::*;
 
 fn nodes(ids: &[&str]) -> Vec<Node> {
-    ids.iter().map(|id| Node::new(id, 1)).collect()
+    ids.iter().map(|id| Node::unweighted(id)).collect()
 }
 
 fn picks(s: &dyn Strategy, n: usize) -> Vec<String> {
@@ -61,7 +61,11 @@ fn an_empty_set_picks_nothing() {
 #[test]
 fn smooth_weighted_five_one_one_interleaves_like_nginx() {
     let wrr = SmoothWeighted::new();
-    wrr.set_nodes(&[Node::new("a", 5), Node::new("b", 1), Node::new("c", 1)]);
+    wrr.set_nodes(&[
+        Node::new("a", 5).unwrap(),
+        Node::unweighted("b"),
+        Node::unweighted("c"),
+    ]);
     for _ in 0..3 {
         assert_eq!(picks(&wrr, 7), ["a", "a", "b", "a", "c", "a", "a"]);
     }
@@ -74,7 +78,7 @@ fn smooth_weighted_keeps_exact_proportions_over_whole_cycles() {
     wrr.set_nodes(
         &weights
             .iter()
-            .map(|(id, w)| Node::new(id, *w))
+            .map(|(id, w)| Node::new(id, *w).unwrap())
             .collect::<Vec<_>>(),
     );
     let cycle: usize = weights.iter().map(|(_, w)| *w as usize).sum();
@@ -96,7 +100,7 @@ proptest! {
     fn round_robin_is_a_strict_cycle(n in 1usize..20, k in 1usize..10) {
         let ids: Vec<String> = (0..n).map(|i| format!("n{i}")).collect();
         let rr = RoundRobin::new();
-        rr.set_nodes(&ids.iter().map(|id| Node::new(id, 1)).collect::<Vec<_>>());
+        rr.set_nodes(&ids.iter().map(|id| Node::unweighted(id)).collect::<Vec<_>>());
         let seen = picks(&rr, n * k);
         for window in seen.chunks(n) {
             let mut sorted = window.to_vec();
@@ -112,9 +116,9 @@ proptest! {
     fn round_robin_stays_strict_after_removals(n in 2usize..15, before in 0usize..30, keep in proptest::collection::vec(any::<bool>(), 15)) {
         let ids: Vec<String> = (0..n).map(|i| format!("n{i}")).collect();
         let rr = RoundRobin::new();
-        rr.set_nodes(&ids.iter().map(|id| Node::new(id, 1)).collect::<Vec<_>>());
+        rr.set_nodes(&ids.iter().map(|id| Node::unweighted(id)).collect::<Vec<_>>());
         picks(&rr, before);
-        let survivors: Vec<Node> = ids.iter().zip(&keep).filter(|(_, k)| **k).map(|(id, _)| Node::new(id, 1)).collect();
+        let survivors: Vec<Node> = ids.iter().zip(&keep).filter(|(_, k)| **k).map(|(id, _)| Node::unweighted(id)).collect();
         prop_assume!(!survivors.is_empty());
         rr.set_nodes(&survivors);
         let seen = picks(&rr, survivors.len() * 3);
@@ -132,7 +136,7 @@ proptest! {
     #[test]
     fn smooth_weighted_proportions_hold_for_any_weights(weights in proptest::collection::vec(1u32..20, 1..8)) {
         let wrr = SmoothWeighted::new();
-        let nodes: Vec<Node> = weights.iter().enumerate().map(|(i, w)| Node::new(&format!("n{i}"), *w)).collect();
+        let nodes: Vec<Node> = weights.iter().enumerate().map(|(i, w)| Node::new(&format!("n{i}"), *w).unwrap()).collect();
         wrr.set_nodes(&nodes);
         let total: u32 = weights.iter().sum();
         let seen = picks(&wrr, total as usize);
