@@ -1,5 +1,5 @@
 //! The balancer's one configuration, parsed by clap from flags, the
-//! environment and `.env` (DESIGN §5). Tests build it in code with
+//! environment and `.env` (design.md §5). Tests build it in code with
 //! [`Config::new`] and never touch the environment.
 
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! nodes-control: a sticky-session balancer and cluster controller for
-//! stateful click-counter nodes. See DESIGN.md for the contract.
+//! stateful click-counter nodes. See docs/design.md for how it works.
 
 pub mod archive;
 pub mod config;

@@ -1,4 +1,4 @@
-//! Stateless routing of `GET /process/{req_id}?user_id=N` (DESIGN §3): each
+//! Stateless routing of `GET /process/{req_id}?user_id=N` (design.md §3): each
 //! request goes to the node `STRATEGY` picks, keyed by `user_id` (by the
 //! client address for `ip-hash`), and the node's answer comes back as is.
 

@@ -1,4 +1,4 @@
-//! Node administration: add, remove, list, auth (DESIGN §3).
+//! Node administration: add, remove, list, auth (design.md §3).
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! The lease-guarded mapping cache (DESIGN §4.9, §4.11): an existing
+//! The lease-guarded mapping cache (design.md §4.9, §4.11): an existing
 //! session costs no Redis round trip once cached, and a replica that cannot
 //! hear of fences stops trusting its cache within its lease.
 

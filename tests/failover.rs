@@ -1,4 +1,4 @@
-//! Node failure, Redis and Postgres outages (DESIGN §3, §4.5, §4.8).
+//! Node failure, Redis and Postgres outages (design.md §3, §4.5, §4.8).
 
 mod common;
 

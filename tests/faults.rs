@@ -1,4 +1,4 @@
-//! The fault suite (DESIGN §4.5, §4.10-4.13): real `click-node` processes
+//! The fault suite (design.md §4.5, §4.10-4.13): real `click-node` processes
 //! and a real Redis are killed, stopped and restarted under load; Postgres is
 //! cut or silently blackholed through a proxy; clients hang up mid-clean.
 //! The checker ([`common::checker`]) knows every session's true count and

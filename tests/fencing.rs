@@ -1,4 +1,4 @@
-//! Fencing of superseded state and Redis amnesia, step by step (DESIGN
+//! Fencing of superseded state and Redis amnesia, step by step (design.md
 //! §4.10, §4.12): clean tokens, their revocation, the failover a timed-out
 //! clean triggers, and the rebuild of a registry Redis forgot.
 

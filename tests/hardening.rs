@@ -1,4 +1,4 @@
-//! Hardening the edges (DESIGN §4.13): untrusted input never touches node
+//! Hardening the edges (design.md §4.13): untrusted input never touches node
 //! state, redirects are not followed, strict requests, supervised loops.
 
 mod common;

@@ -1,4 +1,4 @@
-//! Session lifecycle without lost clicks (DESIGN §4.3-4.7): expiry, sweep,
+//! Session lifecycle without lost clicks (design.md §4.3-4.7): expiry, sweep,
 //! fold, fence, restore after removal and failure.
 
 mod common;

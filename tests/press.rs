@@ -1,4 +1,4 @@
-//! Sticky presses and even placement (DESIGN §4.1, §4.2).
+//! Sticky presses and even placement (design.md §4.1, §4.2).
 
 mod common;
 

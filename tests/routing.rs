@@ -1,5 +1,5 @@
 //! Stateless `/process` routing by `STRATEGY`, and `PLACEMENT` strategies
-//! for new sessions (DESIGN §3, §4.2, §7).
+//! for new sessions (design.md §3, §4.2, §7).
 
 mod common;
 

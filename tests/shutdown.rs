@@ -1,4 +1,4 @@
-//! The listener's limits and graceful shutdown (DESIGN §3, §4.13): slow
+//! The listener's limits and graceful shutdown (design.md §3, §4.13): slow
 //! clients cost a socket for a bounded time, SIGTERM ends the process
 //! within its grace period even with a client holding a half-sent request.
 

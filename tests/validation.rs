@@ -1,4 +1,4 @@
-//! Bad input gets a clear 4xx and loses nothing (DESIGN §3).
+//! Bad input gets a clear 4xx and loses nothing (design.md §3).
 
 mod common;
 

@@ -1,5 +1,5 @@
 //! Folds of sessions being placed, gathered into one query. Every new
-//! session costs a fold (DESIGN §4.6) before it is placed; one statement per
+//! session costs a fold (design.md §4.6) before it is placed; one statement per
 //! session made Postgres round trips the cost of a new session. Here, the
 //! folds asked for while one batch is in Postgres go together in the next
 //! (group commit): under load a batch holds as many sessions as arrived

@@ -1,4 +1,4 @@
-//! The durable copy of the membership (DESIGN §4.12): Redis holds the live
+//! The durable copy of the membership (design.md §4.12): Redis holds the live
 //! registry, Postgres what survives Redis forgetting it. Written before
 //! Redis on every change that matters for a rebuild (add, remove, down, up).
 

@@ -1,6 +1,6 @@
 //! `Archive`: the balancer's side of Postgres. Nodes write `clicks` into
 //! `session_archive`; the balancer only ever *folds* them into `base_clicks`
-//! (DESIGN §4.6), issues and revokes the clean tokens that fence superseded
+//! (design.md §4.6), issues and revokes the clean tokens that fence superseded
 //! writes ([`tokens`]), and keeps the durable copy of the membership
 //! ([`members`]).
 //!
@@ -59,8 +59,8 @@ pub struct ArchiveError {
 
 pub type ArchiveResult<T> = Result<T, ArchiveError>;
 
-/// The fold (DESIGN §4.6) as one `SET` clause: what a revoked token wrote is
-/// dropped instead of added (DESIGN §4.10), and the row forgets its token.
+/// The fold (design.md §4.6) as one `SET` clause: what a revoked token wrote is
+/// dropped instead of added (design.md §4.10), and the row forgets its token.
 const FOLD_SET: &str = "SET base_clicks = a.base_clicks + CASE
         WHEN a.generation IS NOT NULL AND EXISTS (
             SELECT 1 FROM clean_tokens t WHERE t.generation = a.generation AND t.revoked)

@@ -1,5 +1,5 @@
 //! Clean tokens: the generations that fence superseded archive writes
-//! (DESIGN §4.10). Each `/clean archive=true` gets a fresh token from a
+//! (design.md §4.10). Each `/clean archive=true` gets a fresh token from a
 //! Postgres sequence (durable and increasing, also across a Redis that
 //! forgot). A node that carries the token stamps its rows with it and never
 //! overwrites a row stamped with a newer one; the fold drops whatever a

@@ -1,4 +1,4 @@
-//! Request extractors: a JSON body with the statuses of DESIGN §3 (415 not
+//! Request extractors: a JSON body with the statuses of design.md §3 (415 not
 //! JSON, 413 too large, 400 malformed; never axum's 422), and admin auth.
 
 use axum::body::Bytes;
@@ -10,7 +10,7 @@ use subtle::ConstantTimeEq;
 
 use super::{ApiContext, ApiError};
 
-/// Largest request body accepted (DESIGN §3).
+/// Largest request body accepted (design.md §3).
 pub const MAX_BODY_BYTES: usize = 4096;
 
 pub struct JsonBody<T>(pub T);

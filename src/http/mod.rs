@@ -1,4 +1,4 @@
-//! The HTTP API of DESIGN §3. Handlers are thin: extract, call a service,
+//! The HTTP API of design.md §3. Handlers are thin: extract, call a service,
 //! map the result; errors become responses in [`error`].
 
 mod error;

@@ -23,7 +23,7 @@ pub async fn process(
     uri: Uri,
 ) -> Result<Response, ApiError> {
     // Checked before anything is sent: a request we could not forward is
-    // the client's error, never a node's (DESIGN §4.13).
+    // the client's error, never a node's (design.md §4.13).
     if uri.path().len() > MAX_PROCESS_PATH {
         return Err(ApiError::UriTooLong(format!(
             "the path is longer than {MAX_PROCESS_PATH} bytes"

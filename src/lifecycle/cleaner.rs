@@ -1,6 +1,6 @@
 //! `NodeCleaner`: every `/clean` of a node and every move of sessions off a
 //! node goes through here, under the node's fence, so that no press is in
-//! flight to the node on any replica meanwhile (DESIGN §4.7, §4.10), and
+//! flight to the node on any replica meanwhile (design.md §4.7, §4.10), and
 //! every session the node archived is folded before its next press (§4.6).
 //!
 //! A clean runs as: lock the node, raise the fence, wait for every live
@@ -224,7 +224,7 @@ impl NodeCleaner {
     /// A node was declared down: once every replica has stopped pressing it
     /// (the fence), revoke whatever it may still archive, then unmap its
     /// sessions so they continue elsewhere from their last archive
-    /// (DESIGN §4.5, §4.10). Returns the sessions moved. Idempotent.
+    /// (design.md §4.5, §4.10). Returns the sessions moved. Idempotent.
     pub async fn fail_over(&self, addr: &str) -> Result<usize, CleanError> {
         self.locked(addr, LOCK_WAIT, |this, addr| async move {
             if this.store.get_node(&addr).await?.map(|n| n.state) != Some(NodeState::Down) {
@@ -443,7 +443,7 @@ impl NodeCleaner {
         .await
     }
 
-    /// After Redis forgot everything (DESIGN §4.12): under the fence, a node
+    /// After Redis forgot everything (design.md §4.12): under the fence, a node
     /// that was up archives every session it holds with a fresh token, which
     /// is folded at once; a node that was down is only wiped (its counts are
     /// stale). Returns whether the node answered. The caller holds the lock.

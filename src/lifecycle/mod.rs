@@ -1,4 +1,4 @@
-//! Session lifecycle (DESIGN §4.3-4.7, §4.10, §4.12): the clean fence shared
+//! Session lifecycle (design.md §4.3-4.7, §4.10, §4.12): the clean fence shared
 //! by every replica, the cleaner that archives, folds and fails over a
 //! node's sessions under it, the expiry sweep, and the rebuild of a registry
 //! Redis forgot.

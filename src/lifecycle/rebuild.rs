@@ -1,4 +1,4 @@
-//! Redis may forget; clicks are not lost (DESIGN §4.12).
+//! Redis may forget; clicks are not lost (design.md §4.12).
 //!
 //! The registry carries an epoch key, written once the registry is complete.
 //! Every replica checks it each second. Missing while Postgres remembers

@@ -1,9 +1,9 @@
-//! The expiry sweep (DESIGN §4.3): every `SWEEP_INTERVAL_SECS`, archive the
+//! The expiry sweep (design.md §4.3): every `SWEEP_INTERVAL_SECS`, archive the
 //! sessions whose life ended, node by node, through the cleaner. It reads
 //! only the expired part of each node's expiry lists: O(expired), never a
 //! scan of the live sessions.
 //! Nodes are cleaned concurrently, each within its own deadline: a hung node
-//! delays only its own sessions (DESIGN §4.13).
+//! delays only its own sessions (design.md §4.13).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -47,7 +47,7 @@ pub struct Sweeper {
     /// its node's sessions that expire within this much: sessions created
     /// together expire together, and one fenced clean for the wave pauses
     /// the node's presses once instead of once per session. A session
-    /// lives *at most* its TTL (DESIGN §4.3), so ending these a moment early
+    /// lives *at most* its TTL (design.md §4.3), so ending these a moment early
     /// is allowed, and their next press continues from the archive.
     expiry_batch_ms: i64,
     /// One press-triggered clean per node at a time in this replica: the

@@ -1,5 +1,5 @@
 //! Node addresses: validated and normalised once, so that `HTTP://Node1:8080/`
-//! and `http://node1:8080` are the same node everywhere (DESIGN §3).
+//! and `http://node1:8080` are the same node everywhere (design.md §3).
 
 use std::fmt;
 

@@ -126,7 +126,7 @@ impl NodeAdmin {
             if let Some(existing) = this.store.get_node(&addr).await? {
                 return this.re_add(existing, requested_weight).await;
             }
-            // One node, one registration (DESIGN §4.13): refused before
+            // One node, one registration (design.md §4.13): refused before
             // anything is sent that would change the node.
             let health = this.client.health(&addr).await;
             this.refuse_alias(&addr, health.as_ref().ok()).await?;

@@ -24,7 +24,7 @@ const MAX_PRESS_BODY: usize = 1024;
 const MAX_PROCESS_BODY: usize = 1 << 20;
 
 /// Why a call to a node failed. Every variant but [`Request`](Self::Request)
-/// is something the node did, and counts as a node failure (DESIGN §4.8,
+/// is something the node did, and counts as a node failure (design.md §4.8,
 /// §4.13).
 #[derive(Debug, thiserror::Error)]
 pub enum NodeCallError {

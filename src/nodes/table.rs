@@ -33,10 +33,10 @@ pub struct NodeEntry {
     cleaned_at: AtomicU64,
     /// Presses hold a read guard while in flight to the node; a clean takes
     /// the write guard, so no press of this replica is in flight to a node
-    /// being cleaned (DESIGN §4.7). A tokio lock: it is held across awaits.
+    /// being cleaned (design.md §4.7). A tokio lock: it is held across awaits.
     gate: AsyncRwLock<()>,
     /// Fired when the node is declared down: presses in flight there stop
-    /// waiting for it and fail over at once (DESIGN §4.13).
+    /// waiting for it and fail over at once (design.md §4.13).
     down: tokio::sync::Notify,
     /// Serialises this replica's presses that find the node down, so one of
     /// them runs the failover and the others only re-read their mapping.

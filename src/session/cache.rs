@@ -1,4 +1,4 @@
-//! This replica's cache of session mappings (DESIGN §4.9, §4.11): an
+//! This replica's cache of session mappings (design.md §4.9, §4.11): an
 //! existing session costs no Redis round trip once cached.
 //!
 //! Why a cached mapping can be trusted (the argument in full is in

@@ -1,4 +1,4 @@
-//! A validated session id (DESIGN §3): 1 to 255 bytes, no control
+//! A validated session id (design.md §3): 1 to 255 bytes, no control
 //! characters, no invisible format characters (bidi overrides, zero-width
 //! spaces and joiners), which make two ids that look alike differ.
 

@@ -65,7 +65,7 @@ pub struct SessionService {
     /// node timeout. A press is bounded by time, never by a count of rounds.
     budget: Duration,
     /// Whether this replica's fence watcher is running: without it a press
-    /// could reach a node another replica is cleaning (DESIGN §4.7).
+    /// could reach a node another replica is cleaning (design.md §4.7).
     fences_followed: Arc<AtomicBool>,
     /// Mappings already read, trusted while the lease is fresh.
     cache: Arc<MappingCache>,
@@ -133,7 +133,7 @@ impl SessionService {
                 None => self.place(id, None).await?,
             };
             if current.expires_at_ms <= now_ms() {
-                // Never serve an expired session (DESIGN §4.3): archive it
+                // Never serve an expired session (design.md §4.3): archive it
                 // (with its node's other expired sessions) and start anew.
                 self.sweeper
                     .sweep_node(&current.node, id, now_ms())
@@ -145,7 +145,7 @@ impl SessionService {
             let entry = match self.entry(&current.node).await? {
                 Some(entry) if entry.serves_presses() => entry,
                 // Failed: the session moves, but only under the node's fence
-                // (DESIGN §4.10); then it is placed anew.
+                // (design.md §4.10); then it is placed anew.
                 Some(entry) => {
                     self.fail_over(&entry, id, deadline).await?;
                     (mapping, epoch) = self.read(id).await?;

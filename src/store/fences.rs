@@ -1,4 +1,4 @@
-//! The distributed clean fence (DESIGN §4.7) and the replica registry it
+//! The distributed clean fence (design.md §4.7) and the replica registry it
 //! needs: a node being cleaned has an entry in `fences`; every live replica
 //! (heartbeat in `replicas`) closes its local gate to the node and acks; the
 //! cleaner proceeds only when every live replica has acked.

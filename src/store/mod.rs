@@ -17,7 +17,7 @@
 //! | `P lock:{name}` | string | short admin locks (one operation per node at a time), renewed while held |
 //! | `P fences`, `P fence_seq`, `P fence_acks:{addr}:{seq}`, `P replicas`, `P journal:{addr}` | | the clean fence, see [`fences`] |
 //! | `P events` | pub/sub channel | wakes replicas when a fence is raised, lowered or acknowledged |
-//! | `P registry` | string | the registry's epoch: written once the registry is complete; missing means Redis forgot it (DESIGN §4.12) |
+//! | `P registry` | string | the registry's epoch: written once the registry is complete; missing means Redis forgot it (design.md §4.12) |
 //!
 //! About 120 bytes of Redis per session with 45-byte ids (the mapping and
 //! one expiry-list entry); ids over 64 bytes turn their bucket into a plain

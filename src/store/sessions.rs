@@ -8,7 +8,7 @@ use super::{Context, SessionStore, StoreResult};
 pub struct Mapping {
     /// Normalised address of the node holding the session.
     pub node: String,
-    /// Clicks already folded into the archive (DESIGN §4.6): the user sees
+    /// Clicks already folded into the archive (design.md §4.6): the user sees
     /// `node_count + base`.
     pub base: i64,
     /// Absolute end of the session's life, ms since the Unix epoch.

@@ -1,6 +1,6 @@
 use clap::Parser;
 
-/// Command line of `click-node` (DESIGN §2). Every flag has an environment
+/// Command line of `click-node` (design.md §2). Every flag has an environment
 /// fallback so the same binary runs under docker compose and by hand.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "click-node", version, about = "Reference click-counter node")]

@@ -1,4 +1,4 @@
-//! The reference click-counter node (DESIGN §1): counts presses per session in
+//! The reference click-counter node (design.md §1): counts presses per session in
 //! memory, archives them into `session_archive` on `/clean`, and serves the
 //! stateless `/process/{req_id}` agent endpoint with simulated latency.
 //!
@@ -27,7 +27,7 @@ pub struct Node {
     pool: PgPool,
     /// Clicks per session. A tokio mutex, not a std one, because `/clean`
     /// must hold it across the archive write: a press that slipped in between
-    /// the archive and the forget would be lost (DESIGN §4.7, clean is a fence).
+    /// the archive and the forget would be lost (design.md §4.7, clean is a fence).
     sessions: Mutex<HashMap<String, i32>>,
     min_delay_ms: u64,
     max_delay_ms: u64,

@@ -1,4 +1,4 @@
-//! The reference node's API against a real Postgres (DESIGN §1).
+//! The reference node's API against a real Postgres (design.md §1).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
