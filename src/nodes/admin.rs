@@ -74,6 +74,20 @@ pub struct NodeAdmin {
     table: Arc<NodeTable>,
     client: NodeClient,
     cleaner: NodeCleaner,
+    refreshes: Arc<Refreshes>,
+}
+
+/// Concurrent refreshes of the view coalesce: one reads the registry at a
+/// time, and a caller that waited for one that started after it asked
+/// takes that one's result instead of reading again (a wave of presses
+/// naming a node this replica does not know yet costs one read).
+#[derive(Default)]
+struct Refreshes {
+    turn: tokio::sync::Mutex<()>,
+    /// Refreshes started so far.
+    started: std::sync::atomic::AtomicU64,
+    /// Whether the last one read the registry.
+    last_ok: std::sync::atomic::AtomicBool,
 }
 
 impl NodeAdmin {
@@ -84,6 +98,7 @@ impl NodeAdmin {
             table: cleaner.table().clone(),
             client,
             cleaner,
+            refreshes: Arc::default(),
         }
     }
 
@@ -266,10 +281,23 @@ impl NodeAdmin {
             .collect())
     }
 
-    /// Reloads this replica's view of the registry.
+    /// Reloads this replica's view of the registry (or waits for a reload
+    /// that started after this call, see [`Refreshes`]).
     pub async fn refresh(&self) -> Result<(), StoreError> {
-        let records = self.store.list_nodes().await?;
-        self.table.sync(&records);
+        use std::sync::atomic::Ordering;
+        let asked_after = self.refreshes.started.load(Ordering::Acquire);
+        let _turn = self.refreshes.turn.lock().await;
+        if self.refreshes.started.load(Ordering::Acquire) > asked_after
+            && self.refreshes.last_ok.load(Ordering::Acquire)
+        {
+            return Ok(());
+        }
+        self.refreshes.started.fetch_add(1, Ordering::AcqRel);
+        let records = self.store.list_nodes().await;
+        self.refreshes
+            .last_ok
+            .store(records.is_ok(), Ordering::Release);
+        self.table.sync(&records?);
         Ok(())
     }
 

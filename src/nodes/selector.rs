@@ -1,9 +1,9 @@
 //! `Selector`: a strategy of the `balancing` crate kept in step with this
-//! replica's up nodes. The strategy's node set is rebuilt only when the
-//! table's membership version moved, so a pick is the strategy's own cost.
+//! replica's up nodes. The node set is rebuilt when the table's membership
+//! changes, by a task that follows it, never by a pick: a pick is the
+//! strategy's own cost (pingora swaps in a new selector the same way).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Weak};
 
 use balancing::{Node, Pick, Strategy, StrategyKind};
 
@@ -13,16 +13,12 @@ use crate::store::NodeState;
 pub struct Selector {
     kind: StrategyKind,
     strategy: Arc<dyn Strategy>,
-    table: Arc<NodeTable>,
-    /// Table version the strategy's node set was built from (`u64::MAX`: never).
-    seen: AtomicU64,
-    /// Serialises rebuilds; a std mutex, never held across an await.
-    rebuild: Mutex<()>,
 }
 
 impl Selector {
     /// `bound`: consistent hashing with bounded loads (c > 1) instead of the
     /// plain ring. Load-aware strategies read the table's in-flight counts.
+    /// Starts the task that follows the table (so: inside a runtime).
     pub fn new(
         kind: StrategyKind,
         table: Arc<NodeTable>,
@@ -36,13 +32,15 @@ impl Selector {
             table.loads().clone(),
             uuid::Uuid::new_v4().as_u64_pair().0,
         );
-        Self {
-            kind,
-            strategy,
-            table,
-            seen: AtomicU64::new(u64::MAX),
-            rebuild: Mutex::new(()),
-        }
+        // Subscribed before the first build: a change in between wakes it.
+        let changes = table.subscribe();
+        set_up_nodes(strategy.as_ref(), &table);
+        tokio::spawn(follow(
+            changes,
+            Arc::downgrade(&table),
+            Arc::downgrade(&strategy),
+        ));
+        Self { kind, strategy }
     }
 
     pub fn kind(&self) -> StrategyKind {
@@ -51,30 +49,33 @@ impl Selector {
 
     /// A node for `key` among the up nodes, by address.
     pub fn pick(&self, key: &[u8]) -> Option<Pick> {
-        self.sync();
         self.strategy.pick(key)
     }
+}
 
-    fn sync(&self) {
-        let version = self.table.version();
-        if self.seen.load(Ordering::Acquire) == version {
+/// Rebuilds the strategy's node set after every change of membership (a
+/// burst of changes wakes it once) until the table or the strategy is gone.
+async fn follow(
+    mut changes: tokio::sync::watch::Receiver<u64>,
+    table: Weak<NodeTable>,
+    strategy: Weak<dyn Strategy>,
+) {
+    while changes.changed().await.is_ok() {
+        let (Some(table), Some(strategy)) = (table.upgrade(), strategy.upgrade()) else {
             return;
-        }
-        let _rebuild = self.rebuild.lock().unwrap_or_else(|e| e.into_inner());
-        let version = self.table.version();
-        if self.seen.load(Ordering::Acquire) == version {
-            return;
-        }
-        let nodes: Vec<Node> = self
-            .table
-            .all()
-            .iter()
-            .filter(|e| e.state() == NodeState::Up)
-            // The admin API takes weights in 1..=1000 only; a node with any
-            // other (written by hand into Redis) is left out of selection.
-            .filter_map(|e| Node::new(&e.address, e.weight()).ok())
-            .collect();
-        self.strategy.set_nodes(&nodes);
-        self.seen.store(version, Ordering::Release);
+        };
+        set_up_nodes(strategy.as_ref(), &table);
     }
+}
+
+fn set_up_nodes(strategy: &dyn Strategy, table: &NodeTable) {
+    let nodes: Vec<Node> = table
+        .all()
+        .iter()
+        .filter(|e| e.state() == NodeState::Up)
+        // The admin API takes weights in 1..=1000 only; a node with any
+        // other (written by hand into Redis) is left out of selection.
+        .filter_map(|e| Node::new(&e.address, e.weight()).ok())
+        .collect();
+    strategy.set_nodes(&nodes);
 }

@@ -27,8 +27,8 @@ pub struct NodeEntry {
     /// This replica's requests in flight to the node (presses and
     /// `/process`), shared with the load-aware strategies.
     in_flight: Arc<AtomicUsize>,
-    /// The table's membership version, moved on when this node's state changes.
-    version: Arc<AtomicU64>,
+    /// The table's membership, moved on when this node's state changes.
+    membership: Arc<Membership>,
     /// Table epoch at which the last clean of this node ended.
     cleaned_at: AtomicU64,
     /// Presses hold a read guard while in flight to the node; a clean takes
@@ -56,7 +56,7 @@ pub struct NodeEntry {
 }
 
 impl NodeEntry {
-    fn new(record: &NodeRecord, loads: &LoadTracker, version: &Arc<AtomicU64>) -> Option<Self> {
+    fn new(record: &NodeRecord, loads: &LoadTracker, membership: &Arc<Membership>) -> Option<Self> {
         let press_uri = format!("{}/press", record.address).parse().ok()?;
         Some(Self {
             address: record.address.clone(),
@@ -66,7 +66,7 @@ impl NodeEntry {
             served_by: http::HeaderValue::from_str(&record.name).ok(),
             state: AtomicU8::new(encode(record.state)),
             in_flight: loads.counter(&record.address.as_str().into()),
-            version: version.clone(),
+            membership: membership.clone(),
             cleaned_at: AtomicU64::new(0),
             gate: AsyncRwLock::new(()),
             down: tokio::sync::Notify::new(),
@@ -116,7 +116,7 @@ impl NodeEntry {
     /// so weighted strategies rebuild.
     fn set_weight(&self, weight: u32) {
         if self.weight.swap(weight, Ordering::AcqRel) != weight {
-            self.version.fetch_add(1, Ordering::AcqRel);
+            self.membership.changed();
         }
     }
 
@@ -126,7 +126,7 @@ impl NodeEntry {
 
     pub fn set_state(&self, state: NodeState) {
         if self.state.swap(encode(state), Ordering::AcqRel) != encode(state) {
-            self.version.fetch_add(1, Ordering::AcqRel);
+            self.membership.changed();
             if state == NodeState::Down {
                 self.down.notify_waiters();
             }
@@ -205,6 +205,28 @@ fn decode(v: u8) -> NodeState {
     }
 }
 
+/// The version of a table's membership, as a watch channel: bumped by
+/// whoever changes a node's presence, state or weight, followed by the
+/// selectors, which rebuild their node sets off the request path.
+#[derive(Debug)]
+pub(crate) struct Membership {
+    version: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Membership {
+    fn default() -> Self {
+        Self {
+            version: tokio::sync::watch::Sender::new(0),
+        }
+    }
+}
+
+impl Membership {
+    fn changed(&self) {
+        self.version.send_modify(|version| *version += 1);
+    }
+}
+
 /// All nodes this replica knows, by normalised address.
 #[derive(Debug, Default)]
 pub struct NodeTable {
@@ -212,7 +234,7 @@ pub struct NodeTable {
     loads: LoadTracker,
     /// Moves on whenever a node joins, leaves or changes state, so strategy
     /// node sets are rebuilt only when something changed.
-    version: Arc<AtomicU64>,
+    membership: Arc<Membership>,
     /// A std lock: held only to clone an `Arc` out or to swap entries, never
     /// across an await.
     entries: RwLock<HashMap<String, Arc<NodeEntry>>>,
@@ -251,16 +273,17 @@ impl NodeTable {
         let before = entries.len();
         entries.retain(|address, _| records.iter().any(|r| &r.address == address));
         if entries.len() != before {
-            self.version.fetch_add(1, Ordering::AcqRel);
+            self.membership.changed();
         }
         for record in records {
             self.apply(&mut entries, record);
         }
     }
 
-    /// Membership version: changes whenever the set of up nodes may have.
-    pub fn version(&self) -> u64 {
-        self.version.load(Ordering::Acquire)
+    /// Wakes on every change of the membership version (a burst of changes
+    /// may wake it once: it is for rebuilding, not for counting).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.membership.version.subscribe()
     }
 
     pub fn loads(&self) -> &LoadTracker {
@@ -284,7 +307,7 @@ impl NodeTable {
             .remove(address)
             .is_some()
         {
-            self.version.fetch_add(1, Ordering::AcqRel);
+            self.membership.changed();
         }
     }
 
@@ -296,14 +319,14 @@ impl NodeTable {
                 *entry.instance.lock().unwrap_or_else(|e| e.into_inner()) = record.instance.clone();
             }
             None => {
-                if let Some(entry) = NodeEntry::new(record, &self.loads, &self.version) {
+                if let Some(entry) = NodeEntry::new(record, &self.loads, &self.membership) {
                     // A node (re)appearing in this view may have been cleaned
                     // while we did not know it (a removal and re-add, a
                     // rebuilt registry): mappings read before now are void.
                     let epoch = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
                     entry.cleaned_at.store(epoch, Ordering::Release);
                     entries.insert(record.address.clone(), Arc::new(entry));
-                    self.version.fetch_add(1, Ordering::AcqRel);
+                    self.membership.changed();
                 }
             }
         }
