@@ -15,15 +15,24 @@ async fn a_killed_node_s_sessions_continue_on_the_others_without_client_errors()
     let tag = unique("kill");
     let sessions: Vec<String> = (0..30).map(|i| format!("{tag}-{i}")).collect();
     // Each worker presses its own sessions in turn, so every session's
-    // answers arrive in order and can be checked one by one.
-    let workers: Vec<_> = sessions
-        .chunks(3)
+    // answers arrive in order and can be checked one by one. Every worker
+    // stops after its tenth round until the victim is dead: ten presses
+    // before the failure and thirty after, however fast the machine.
+    const ROUNDS_BEFORE: usize = 10;
+    let (killed_tx, killed) = tokio::sync::watch::channel(false);
+    let chunks: Vec<Vec<String>> = sessions.chunks(3).map(|c| c.to_vec()).collect();
+    let waiting = Arc::new(tokio::sync::Barrier::new(chunks.len() + 1));
+    let workers: Vec<_> = chunks
+        .into_iter()
         .map(|chunk| {
-            let app = app.clone();
-            let chunk = chunk.to_vec();
+            let (app, waiting, mut killed) = (app.clone(), waiting.clone(), killed.clone());
             tokio::spawn(async move {
                 let mut seen: HashMap<String, Vec<(i64, String)>> = HashMap::new();
-                for _ in 0..40 {
+                for round in 0..40 {
+                    if round == ROUNDS_BEFORE {
+                        waiting.wait().await;
+                        killed.wait_for(|k| *k).await.unwrap();
+                    }
                     for session in &chunk {
                         let answer = app.press(session).await;
                         assert_eq!(answer.status, 200, "client saw an error: {answer:?}");
@@ -37,9 +46,11 @@ async fn a_killed_node_s_sessions_continue_on_the_others_without_client_errors()
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    waiting.wait().await;
     let victim = nodes[0].name.clone();
     nodes[0].kill();
+    killed_tx.send(true).unwrap();
+    drop(killed);
     let mut moved = 0;
     for worker in workers {
         for (session, answers) in worker.await.unwrap() {
