@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
-use super::lock::{detached_under_node_lock, spawn_tracked, LOCK_TTL_MS, LOCK_WAIT};
+use super::lock::{detached_under_node_lock, spawn_tracked, NodeLock, LOCK_TTL_MS, LOCK_WAIT};
 use crate::archive::{Archive, ArchiveError};
 use crate::nodes::{CleanOutcome, NodeCallError, NodeClient, NodeTable};
 use crate::store::{now_ms, FenceReason, Journal, NodeState, SessionStore, StoreError};
@@ -105,19 +105,19 @@ impl NodeCleaner {
     async fn locked<T, F, Fut>(&self, addr: &str, wait: Duration, op: F) -> Result<T, CleanError>
     where
         T: Send + 'static,
-        F: FnOnce(NodeCleaner, String) -> Fut,
+        F: FnOnce(NodeCleaner, NodeLock) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = Result<T, CleanError>> + Send + 'static,
     {
         let node = addr.to_owned();
         let busy = move || CleanError::Busy { node };
-        let work = op(self.clone(), addr.to_owned());
+        let this = self.clone();
         detached_under_node_lock(
             self.store.clone(),
             addr.to_owned(),
             wait,
             busy,
             CleanError::Task,
-            work,
+            move |lock| op(this, lock),
         )
         .await
     }
@@ -132,7 +132,8 @@ impl NodeCleaner {
         expired_by_ms: i64,
     ) -> Result<CleanReport, CleanError> {
         let ids = ids.to_vec();
-        self.locked(addr, LOCK_WAIT, move |this, addr| async move {
+        self.locked(addr, LOCK_WAIT, move |this, lock| async move {
+            let addr = lock.node();
             // Re-read under the lock: another replica (or a press of ours)
             // may have done it, and the session may have been placed anew
             // since, on this very node; a live session is not archived.
@@ -151,19 +152,19 @@ impl NodeCleaner {
                 return Ok(CleanReport::default());
             }
             let expired = leaving.len();
-            let report = match this.store.get_node(&addr).await?.map(|n| n.state) {
+            let report = match this.store.get_node(addr).await?.map(|n| n.state) {
                 Some(NodeState::Up | NodeState::Draining) => {
-                    this.fenced_clean(&addr, leaving, true).await?
+                    this.fenced_clean(addr, leaving, true).await?
                 }
                 // Failed: its sessions leave under its fence, after its
                 // archive writes are revoked; their last archive stands.
                 Some(NodeState::Down) => CleanReport {
-                    unmapped: this.fail_over_locked(&addr).await?,
+                    unmapped: this.fail_over_locked(&lock).await?,
                     ..CleanReport::default()
                 },
                 // Gone: nobody can press it any more.
                 None => CleanReport {
-                    unmapped: this.store.apply_clean(&addr, &leaving, &[]).await?,
+                    unmapped: this.store.apply_clean(addr, &leaving, &[]).await?,
                     ..CleanReport::default()
                 },
             };
@@ -173,13 +174,18 @@ impl NodeCleaner {
     }
 
     /// Removal: archive every session of the node (unless it is down),
-    /// unmap them all, delete the node. The caller holds the node lock.
-    pub async fn remove(&self, addr: &str, state: NodeState) -> Result<CleanReport, CleanError> {
+    /// unmap them all, delete the node.
+    pub async fn remove(
+        &self,
+        lock: &NodeLock,
+        state: NodeState,
+    ) -> Result<CleanReport, CleanError> {
+        let addr = lock.node();
         let report = if state == NodeState::Down {
             // Its counts are stale and some sessions live elsewhere already:
             // archiving would overwrite newer totals. Move what is left.
             CleanReport {
-                unmapped: self.fail_over_locked(addr).await?,
+                unmapped: self.fail_over_locked(lock).await?,
                 ..CleanReport::default()
             }
         } else {
@@ -201,8 +207,8 @@ impl NodeCleaner {
 
     /// Recovery of a down node: under the fence, unmap its sessions (they
     /// restore from the archive) and wipe it with `/clean archive=false`.
-    /// The caller holds the node lock.
-    pub async fn wipe(&self, addr: &str) -> Result<usize, CleanError> {
+    pub async fn wipe(&self, lock: &NodeLock) -> Result<usize, CleanError> {
+        let addr = lock.node();
         let seq = self.raise_and_wait(addr, FenceReason::Clean).await?;
         let result = async {
             self.archive.fence_failed_node(addr).await?;
@@ -226,17 +232,18 @@ impl NodeCleaner {
     /// sessions so they continue elsewhere from their last archive
     /// (design.md §4.5, §4.10). Returns the sessions moved. Idempotent.
     pub async fn fail_over(&self, addr: &str) -> Result<usize, CleanError> {
-        self.locked(addr, LOCK_WAIT, |this, addr| async move {
-            if this.store.get_node(&addr).await?.map(|n| n.state) != Some(NodeState::Down) {
+        self.locked(addr, LOCK_WAIT, |this, lock| async move {
+            if this.store.get_node(lock.node()).await?.map(|n| n.state) != Some(NodeState::Down) {
                 return Ok(0); // recovered (and wiped) or removed meanwhile
             }
-            this.fail_over_locked(&addr).await
+            this.fail_over_locked(&lock).await
         })
         .await
     }
 
     /// [`fail_over`](Self::fail_over) with the node lock held.
-    async fn fail_over_locked(&self, addr: &str) -> Result<usize, CleanError> {
+    async fn fail_over_locked(&self, lock: &NodeLock) -> Result<usize, CleanError> {
+        let addr = lock.node();
         if self.store.node_sessions(addr).await?.is_empty() {
             // Nothing left to move, but what the node may still archive
             // must stay fenced out all the same.
@@ -426,7 +433,8 @@ impl NodeCleaner {
     /// node is right whichever way the node cleaned (a second fold is a
     /// no-op). Skipped while another operation holds the node.
     pub async fn finish_stale(&self, addr: &str, seq: u64) -> Result<bool, CleanError> {
-        self.locked(addr, Duration::ZERO, move |this, addr| async move {
+        self.locked(addr, Duration::ZERO, move |this, lock| async move {
+            let addr = lock.node().to_owned();
             let Some(journal) = this.store.journal(&addr).await? else {
                 this.store.lower_fence(&addr, seq).await?;
                 return Ok(false);
@@ -446,8 +454,9 @@ impl NodeCleaner {
     /// After Redis forgot everything (design.md §4.12): under the fence, a node
     /// that was up archives every session it holds with a fresh token, which
     /// is folded at once; a node that was down is only wiped (its counts are
-    /// stale). Returns whether the node answered. The caller holds the lock.
-    pub async fn archive_all(&self, addr: &str, was_up: bool) -> Result<bool, CleanError> {
+    /// stale). Returns whether the node answered.
+    pub async fn archive_all(&self, lock: &NodeLock, was_up: bool) -> Result<bool, CleanError> {
+        let addr = lock.node();
         let seq = self.raise_and_wait(addr, FenceReason::Clean).await?;
         let result = async {
             if !was_up {

@@ -23,16 +23,42 @@ pub const LOCK_TTL_MS: u64 = 10_000;
 /// How often a live holder renews its lock.
 const RENEW_EVERY: Duration = Duration::from_millis(LOCK_TTL_MS / 3);
 
+/// Proof that its holder works under a node's lock: made only here, and
+/// handed to the work [`with_node_lock`] runs. A function that must run
+/// under the lock takes it as an argument (and the node from it), so the
+/// types say who holds the lock; the lock is not reentrant, so such a
+/// function never takes it again.
+#[derive(Debug)]
+pub struct NodeLock {
+    node: String,
+}
+
+impl NodeLock {
+    /// The node this lock is held on.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+}
+
 /// Runs `op` holding the node's lock, waiting at most `wait` for it. `busy`
 /// makes the error returned when the lock cannot be had in time.
-pub async fn with_node_lock<T, E: From<StoreError>>(
+pub async fn with_node_lock<T, E, Fut>(
     store: &SessionStore,
     addr: &str,
     wait: Duration,
     busy: impl FnOnce() -> E,
-    op: impl Future<Output = Result<T, E>>,
-) -> Result<T, E> {
-    with_lock(store, &format!("node:{addr}"), wait, busy, op).await
+    op: impl FnOnce(NodeLock) -> Fut,
+) -> Result<T, E>
+where
+    E: From<StoreError>,
+    Fut: Future<Output = Result<T, E>>,
+{
+    // A future does nothing until polled: `work` runs only once the lock
+    // is ours.
+    let work = op(NodeLock {
+        node: addr.to_owned(),
+    });
+    with_lock(store, &format!("node:{addr}"), wait, busy, work).await
 }
 
 /// Runs `op` holding the lock `lock` (renewed meanwhile), waiting at most
@@ -111,17 +137,18 @@ pub async fn wait_for_detached(limit: Duration) -> bool {
 
 /// [`detached`] work under the node's lock: the one shape of every admin
 /// operation and clean (`busy` when the lock is not had within `wait`).
-pub async fn detached_under_node_lock<T, E>(
+pub async fn detached_under_node_lock<T, E, Fut>(
     store: SessionStore,
     addr: String,
     wait: Duration,
     busy: impl FnOnce() -> E + Send + 'static,
     panicked: impl FnOnce(String) -> E,
-    op: impl Future<Output = Result<T, E>> + Send + 'static,
+    op: impl FnOnce(NodeLock) -> Fut + Send + 'static,
 ) -> Result<T, E>
 where
     T: Send + 'static,
     E: From<StoreError> + Send + 'static,
+    Fut: Future<Output = Result<T, E>> + Send + 'static,
 {
     detached(
         async move { with_node_lock(&store, &addr, wait, busy, op).await },

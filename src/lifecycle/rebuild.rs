@@ -149,34 +149,42 @@ impl Rebuilder {
     /// fence, then registers it: up if it answered, else down (the health
     /// checks bring it back, wiped). Returns whether it is up.
     async fn restore(&self, member: &Member) -> Result<bool, CleanError> {
-        let addr = member.address.clone();
-        let busy = || CleanError::Busy { node: addr.clone() };
-        with_node_lock(&self.store, &addr, LOCK_WAIT, busy, async {
-            let answered = self
-                .cleaner
-                .archive_all(&addr, member.state != NodeState::Down.as_str())
-                .await?;
-            let state = if answered {
-                NodeState::Up
-            } else {
-                NodeState::Down
-            };
-            self.archive.set_member_state(&addr, state.as_str()).await?;
-            let record = NodeRecord {
-                address: addr.clone(),
-                name: member.name.clone(),
-                weight: member.weight.max(1) as u32,
-                state,
-                active_sessions: 0,
-                instance: member.instance.clone(),
-                reason: (!answered)
-                    .then(|| "did not answer during the registry rebuild".to_owned()),
-                number: member.number as u64,
-            };
-            self.store.register_node(&record, true).await?;
-            self.cleaner.table().upsert(&record);
-            Ok(answered)
-        })
+        let busy = || CleanError::Busy {
+            node: member.address.clone(),
+        };
+        with_node_lock(
+            &self.store,
+            &member.address,
+            LOCK_WAIT,
+            busy,
+            |lock| async move {
+                let addr = lock.node().to_owned();
+                let answered = self
+                    .cleaner
+                    .archive_all(&lock, member.state != NodeState::Down.as_str())
+                    .await?;
+                let state = if answered {
+                    NodeState::Up
+                } else {
+                    NodeState::Down
+                };
+                self.archive.set_member_state(&addr, state.as_str()).await?;
+                let record = NodeRecord {
+                    address: addr.clone(),
+                    name: member.name.clone(),
+                    weight: member.weight.max(1) as u32,
+                    state,
+                    active_sessions: 0,
+                    instance: member.instance.clone(),
+                    reason: (!answered)
+                        .then(|| "did not answer during the registry rebuild".to_owned()),
+                    number: member.number as u64,
+                };
+                self.store.register_node(&record, true).await?;
+                self.cleaner.table().upsert(&record);
+                Ok(answered)
+            },
+        )
         .await
     }
 

@@ -11,7 +11,7 @@ use super::address::{AddressError, NodeAddress};
 use super::client::{NodeClient, NodeHealth};
 use super::table::{NodeEntry, NodeTable};
 use crate::archive::{Archive, ArchiveError, Member};
-use crate::lifecycle::lock::{detached_under_node_lock, LOCK_WAIT};
+use crate::lifecycle::lock::{detached_under_node_lock, NodeLock, LOCK_WAIT};
 use crate::lifecycle::{CleanError, NodeCleaner};
 use crate::store::{NodeRecord, NodeState, SessionStore, StoreError};
 
@@ -137,7 +137,8 @@ impl NodeAdmin {
         }
         let name = name.map(str::to_owned);
         let host_port = address.host_port();
-        self.with_node_lock(address.as_str(), move |this, addr| async move {
+        self.with_node_lock(address.as_str(), move |this, lock| async move {
+            let addr = lock.node().to_owned();
             if let Some(existing) = this.store.get_node(&addr).await? {
                 return this.re_add(existing, requested_weight).await;
             }
@@ -231,8 +232,8 @@ impl NodeAdmin {
     /// another node.
     pub async fn remove(&self, address: &str) -> Result<Removal, AdminError> {
         let address = NodeAddress::parse(address)?;
-        self.with_node_lock(address.as_str(), |this, addr| async move {
-            let addr = addr.as_str();
+        self.with_node_lock(address.as_str(), |this, lock| async move {
+            let addr = lock.node();
             let record = this
                 .store
                 .get_node(addr)
@@ -245,7 +246,7 @@ impl NodeAdmin {
                     ..record.clone()
                 });
             }
-            let report = this.cleaner.remove(addr, record.state).await?;
+            let report = this.cleaner.remove(&lock, record.state).await?;
             this.archive.delete_member(addr).await?;
             this.table.remove(addr);
             info!(node = %addr, sessions = report.unmapped, archived = report.archived, "node removed");
@@ -374,13 +375,13 @@ impl NodeAdmin {
     /// are unmapped (they restore from the archive), it is wiped with
     /// `/clean archive=false` (its counts are stale), then it takes traffic.
     pub async fn recover(&self, addr: &str) -> Result<bool, AdminError> {
-        self.with_node_lock(addr, |this, addr| async move {
-            let addr = addr.as_str();
+        self.with_node_lock(addr, |this, lock| async move {
+            let addr = lock.node();
             match this.store.get_node(addr).await? {
                 Some(record) if record.state == NodeState::Down => {}
                 _ => return Ok(false),
             }
-            let dropped = match this.cleaner.wipe(addr).await {
+            let dropped = match this.cleaner.wipe(&lock).await {
                 Ok(dropped) => dropped,
                 Err(error) => {
                     warn!(node = %addr, %error, "could not wipe the recovered node; it stays down");
@@ -416,18 +417,18 @@ impl NodeAdmin {
     async fn with_node_lock<T, F, Fut>(&self, addr: &str, op: F) -> Result<T, AdminError>
     where
         T: Send + 'static,
-        F: FnOnce(NodeAdmin, String) -> Fut,
+        F: FnOnce(NodeAdmin, NodeLock) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = Result<T, AdminError>> + Send + 'static,
     {
         let busy = AdminError::Busy(addr.to_owned());
-        let work = op(self.clone(), addr.to_owned());
+        let this = self.clone();
         detached_under_node_lock(
             self.store.clone(),
             addr.to_owned(),
             LOCK_WAIT,
             || busy,
             AdminError::Task,
-            work,
+            move |lock| op(this, lock),
         )
         .await
     }
