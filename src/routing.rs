@@ -9,7 +9,8 @@ use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
 use tracing::{debug, warn};
 
-use crate::nodes::{NodeAdmin, NodeCallError, NodeClient, Selector};
+use crate::cluster::NodeRegistry;
+use crate::nodes::{NodeCallError, NodeClient, Selector};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RouteError {
@@ -39,15 +40,15 @@ pub struct Routed {
 #[derive(Clone)]
 pub struct Router {
     selector: Arc<Selector>,
-    admin: NodeAdmin,
+    registry: NodeRegistry,
     client: NodeClient,
 }
 
 impl Router {
-    pub fn new(selector: Selector, admin: NodeAdmin, client: NodeClient) -> Self {
+    pub fn new(selector: Selector, registry: NodeRegistry, client: NodeClient) -> Self {
         Self {
             selector: Arc::new(selector),
-            admin,
+            registry,
             client,
         }
     }
@@ -65,7 +66,7 @@ impl Router {
             let Some(pick) = self.selector.pick(key) else {
                 break;
             };
-            let Some(entry) = self.admin.table().get(pick.node()) else {
+            let Some(entry) = self.registry.table().get(pick.node()) else {
                 break;
             };
             debug!(
@@ -94,7 +95,7 @@ impl Router {
                 }
                 Err(source) => {
                     warn!(node = %entry.address, error = %source, "/process failed; node marked down");
-                    self.admin
+                    self.registry
                         .mark_down(&entry, &format!("/process failed: {source}"))
                         .await;
                     last = Some(RouteError::NodeFailed {

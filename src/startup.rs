@@ -10,11 +10,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::archive::Archive;
+use crate::cluster::{HealthChecker, NodeAdmin, NodeRegistry};
 use crate::config::Config;
 use crate::http::{self, ApiContext, Services};
 use crate::lifecycle::fence::Lease;
 use crate::lifecycle::{FenceWatcher, NodeCleaner, Rebuilder, Registry, Sweeper};
-use crate::nodes::{HealthChecker, NodeAddress, NodeAdmin, NodeClient, NodeTable, Selector};
+use crate::nodes::{NodeAddress, NodeClient, NodeTable, Selector};
 use crate::routing::Router;
 use crate::session::cache::MappingCache;
 use crate::session::SessionService;
@@ -106,7 +107,8 @@ impl Application {
         );
         let fences = FenceWatcher::new(store.clone(), table.clone(), events, lease.clone());
         let rebuilder = Rebuilder::new(cleaner.clone());
-        let admin = NodeAdmin::new(store.clone(), cleaner, client.clone());
+        let registry = NodeRegistry::new(cleaner, client.clone());
+        let admin = NodeAdmin::new(registry.clone());
         let placement = config.placement.strategy().map(|kind| {
             Selector::new(
                 kind,
@@ -122,14 +124,14 @@ impl Application {
                 config.virtual_nodes,
                 config.ch_load_factor,
             ),
-            admin.clone(),
+            registry.clone(),
             client.clone(),
         );
         // True from the start: the fence watcher's first poll runs below,
         // before the listener serves anything.
         let fences_followed = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let sessions = SessionService::new(
-            admin.clone(),
+            registry.clone(),
             sweeper.clone(),
             placement,
             config.session_ttl(),
@@ -154,7 +156,7 @@ impl Application {
             metrics: crate::telemetry::metrics_handle(),
             press_metrics: http::PressMetrics::register(),
         });
-        if let Err(error) = admin.refresh().await {
+        if let Err(error) = registry.refresh().await {
             warn!(%error, "Redis is not reachable at start-up; serving 503 until it is");
         }
         // Join the replica set and honour raised fences before serving.
@@ -179,7 +181,7 @@ impl Application {
         Ok(Self {
             listener,
             health: HealthChecker::new(
-                admin,
+                registry,
                 client,
                 config.health_rise,
                 config.health_fall,

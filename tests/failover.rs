@@ -178,8 +178,12 @@ async fn a_node_that_comes_back_is_wiped_before_it_takes_sessions_again() {
     assert!(n1.node.session_count().await > 0);
     // The node "failed" (as a timeout would make it) but is alive, holding
     // counts that are stale now.
-    let entry = app.ctx.admin.table().get(&n1.address).unwrap();
-    app.ctx.admin.mark_down(&entry, "a test says so").await;
+    let entry = app.ctx.admin.registry().table().get(&n1.address).unwrap();
+    app.ctx
+        .admin
+        .registry()
+        .mark_down(&entry, "a test says so")
+        .await;
     for i in 0..10 {
         let answer = app.press(&format!("{tag}-{i}")).await;
         assert_eq!(answer.status, 200);

@@ -7,8 +7,8 @@ use axum::Json;
 use serde_json::json;
 
 use crate::archive::ArchiveError;
+use crate::cluster::AdminError;
 use crate::lifecycle::CleanError;
-use crate::nodes::AdminError;
 use crate::routing::RouteError;
 use crate::session::{PressError, SessionIdError};
 use crate::store::StoreError;

@@ -22,7 +22,7 @@ pub use extract::MAX_BODY_BYTES;
 pub use press::PressMetrics;
 
 use crate::archive::Archive;
-use crate::nodes::NodeAdmin;
+use crate::cluster::NodeAdmin;
 use crate::session::SessionService;
 use crate::store::SessionStore;
 

@@ -8,8 +8,9 @@ use tracing::{debug, warn};
 use super::cache::MappingCache;
 use super::SessionId;
 use crate::archive::{Archive, ArchiveError};
+use crate::cluster::NodeRegistry;
 use crate::lifecycle::{CleanError, Sweeper};
-use crate::nodes::{NodeAdmin, NodeCallError, NodeClient, NodeEntry, NodeTable, Selector};
+use crate::nodes::{NodeCallError, NodeClient, NodeEntry, NodeTable, Selector};
 use crate::store::{now_ms, Mapping, Placed, SessionStore, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -53,7 +54,7 @@ pub struct Pressed {
 pub struct SessionService {
     store: SessionStore,
     archive: Archive,
-    admin: NodeAdmin,
+    registry: NodeRegistry,
     client: NodeClient,
     sweeper: Sweeper,
     /// The strategy choosing nodes for new sessions; `None`: least sessions,
@@ -81,7 +82,7 @@ enum Attempt {
 
 impl SessionService {
     pub fn new(
-        admin: NodeAdmin,
+        registry: NodeRegistry,
         sweeper: Sweeper,
         placement: Option<Selector>,
         ttl: Duration,
@@ -90,10 +91,10 @@ impl SessionService {
         cache: MappingCache,
     ) -> Self {
         Self {
-            store: admin.cleaner().store().clone(),
-            archive: admin.cleaner().archive().clone(),
-            client: admin.client().clone(),
-            admin,
+            store: registry.cleaner().store().clone(),
+            archive: registry.cleaner().archive().clone(),
+            client: registry.client().clone(),
+            registry,
             sweeper,
             placement: placement.map(Arc::new),
             ttl,
@@ -104,7 +105,7 @@ impl SessionService {
     }
 
     fn table(&self) -> &Arc<NodeTable> {
-        self.admin.table()
+        self.registry.table()
     }
 
     /// One press. An existing session on a live node costs one forward (and
@@ -201,7 +202,7 @@ impl SessionService {
                     // Recorded while we still hold the gate: a clean waiting
                     // for it then sees the node down and never asks it to
                     // archive counts that may include this press.
-                    self.admin
+                    self.registry
                         .mark_down(&entry, &format!("a press failed: {error}"))
                         .await;
                     if let Some((node, source)) = failed {
@@ -269,7 +270,7 @@ impl SessionService {
         }
         // Bounded by the press's deadline; the failover itself runs on (it
         // is detached), and the next press finds its session moved.
-        match tokio::time::timeout_at(deadline, self.admin.fail_over(&entry.address)).await {
+        match tokio::time::timeout_at(deadline, self.registry.fail_over(&entry.address)).await {
             Err(_) => Err(PressError::Deadline),
             Ok(result) => result.map(drop).map_err(|error| match error {
                 CleanError::Store(e) => PressError::Store(e),
@@ -319,7 +320,7 @@ impl SessionService {
         if let Some(entry) = self.table().get(address).filter(|e| e.serves_presses()) {
             return Ok(Some(entry));
         }
-        self.admin.refresh().await?;
+        self.registry.refresh().await?;
         Ok(self.table().get(address))
     }
 }

@@ -13,9 +13,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::admin::NodeAdmin;
-use super::client::{NodeClient, NodeHealth};
-use super::table::NodeEntry;
+use super::registry::NodeRegistry;
+use crate::nodes::client::{NodeClient, NodeHealth};
+use crate::nodes::table::NodeEntry;
 use crate::store::{now_ms, NodeState};
 
 /// Longest wait between two probes of a down node.
@@ -30,7 +30,7 @@ pub struct HealthReport {
 
 #[derive(Clone)]
 pub struct HealthChecker {
-    admin: NodeAdmin,
+    registry: NodeRegistry,
     client: NodeClient,
     rise: u32,
     fall: u32,
@@ -39,14 +39,14 @@ pub struct HealthChecker {
 
 impl HealthChecker {
     pub fn new(
-        admin: NodeAdmin,
+        registry: NodeRegistry,
         client: NodeClient,
         rise: u32,
         fall: u32,
         interval: Duration,
     ) -> Self {
         Self {
-            admin,
+            registry,
             client,
             rise: rise.max(1),
             fall: fall.max(1),
@@ -57,13 +57,13 @@ impl HealthChecker {
     /// One round: refresh the view, probe every node that is due
     /// concurrently, act.
     pub async fn check_once(&self) -> HealthReport {
-        if let Err(error) = self.admin.refresh().await {
+        if let Err(error) = self.registry.refresh().await {
             warn!(%error, "health check could not refresh the node list");
             return HealthReport::default();
         }
         let now = now_ms();
         let entries: Vec<_> = self
-            .admin
+            .registry
             .table()
             .all()
             .into_iter()
@@ -104,11 +104,13 @@ impl HealthChecker {
                 )
                 .await;
             }
-            NodeState::Down if oks >= self.rise => match self.admin.recover(&entry.address).await {
-                Ok(true) => report.recovered.push(entry.address.clone()),
-                Ok(false) => {}
-                Err(error) => warn!(node = %entry.address, %error, "recovering node failed"),
-            },
+            NodeState::Down if oks >= self.rise => {
+                match self.registry.recover(&entry.address).await {
+                    Ok(true) => report.recovered.push(entry.address.clone()),
+                    Ok(false) => {}
+                    Err(error) => warn!(node = %entry.address, %error, "recovering node failed"),
+                }
+            }
             _ => {}
         }
     }
@@ -138,10 +140,10 @@ impl HealthChecker {
     /// next press.
     async fn take_down(&self, entry: &NodeEntry, reason: &str, report: &mut HealthReport) {
         warn!(node = %entry.address, %reason, "health check takes the node down");
-        self.admin.mark_down(entry, reason).await;
-        let (admin, addr) = (self.admin.clone(), entry.address.clone());
+        self.registry.mark_down(entry, reason).await;
+        let (registry, addr) = (self.registry.clone(), entry.address.clone());
         tokio::spawn(async move {
-            if let Err(error) = admin.fail_over(&addr).await {
+            if let Err(error) = registry.fail_over(&addr).await {
                 warn!(node = %addr, %error, "failover after failed health checks did not complete; presses retry it");
             }
         });

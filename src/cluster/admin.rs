@@ -1,18 +1,19 @@
-//! `NodeAdmin`: adding, removing, listing nodes and changing their state.
-//! Every change goes to the registry in Redis first and to this replica's
-//! [`NodeTable`] right after; other replicas catch up on their next refresh.
+//! `NodeAdmin`: adding, removing and listing nodes. Every change goes to
+//! the registry in Redis first and to this replica's [`NodeTable`] right
+//! after; other replicas catch up on their next refresh.
 
 use std::sync::Arc;
 
 use serde::Serialize;
 use tracing::{info, warn};
 
-use super::address::{AddressError, NodeAddress};
-use super::client::{NodeClient, NodeHealth};
-use super::table::{NodeEntry, NodeTable};
+use super::registry::NodeRegistry;
 use crate::archive::{Archive, ArchiveError, Member};
 use crate::lifecycle::lock::{detached_under_node_lock, NodeLock, LOCK_WAIT};
 use crate::lifecycle::{CleanError, NodeCleaner};
+use crate::nodes::address::{AddressError, NodeAddress};
+use crate::nodes::client::{NodeClient, NodeHealth};
+use crate::nodes::table::NodeTable;
 use crate::store::{NodeRecord, NodeState, SessionStore, StoreError};
 
 pub const MAX_WEIGHT: u32 = 1000;
@@ -67,51 +68,33 @@ pub struct Removal {
     pub archived: bool,
 }
 
+/// The admin commands: add, remove, list. Above the registry, which they
+/// keep this replica's view in step through.
 #[derive(Clone)]
 pub struct NodeAdmin {
+    registry: NodeRegistry,
     store: SessionStore,
     archive: Archive,
     table: Arc<NodeTable>,
     client: NodeClient,
     cleaner: NodeCleaner,
-    refreshes: Arc<Refreshes>,
-}
-
-/// Concurrent refreshes of the view coalesce: one reads the registry at a
-/// time, and a caller that waited for one that started after it asked
-/// takes that one's result instead of reading again (a wave of presses
-/// naming a node this replica does not know yet costs one read).
-#[derive(Default)]
-struct Refreshes {
-    turn: tokio::sync::Mutex<()>,
-    /// Refreshes started so far.
-    started: std::sync::atomic::AtomicU64,
-    /// Whether the last one read the registry.
-    last_ok: std::sync::atomic::AtomicBool,
 }
 
 impl NodeAdmin {
-    pub fn new(store: SessionStore, cleaner: NodeCleaner, client: NodeClient) -> Self {
+    pub fn new(registry: NodeRegistry) -> Self {
         Self {
-            store,
-            archive: cleaner.archive().clone(),
-            table: cleaner.table().clone(),
-            client,
-            cleaner,
-            refreshes: Arc::default(),
+            store: registry.cleaner().store().clone(),
+            archive: registry.cleaner().archive().clone(),
+            table: registry.table().clone(),
+            client: registry.client().clone(),
+            cleaner: registry.cleaner().clone(),
+            registry,
         }
     }
 
-    pub fn cleaner(&self) -> &NodeCleaner {
-        &self.cleaner
-    }
-
-    pub fn client(&self) -> &NodeClient {
-        &self.client
-    }
-
-    pub fn table(&self) -> &Arc<NodeTable> {
-        &self.table
+    /// The registry the commands go through.
+    pub fn registry(&self) -> &NodeRegistry {
+        &self.registry
     }
 
     /// Registers a node (idempotent). A new node is wiped with
@@ -282,56 +265,6 @@ impl NodeAdmin {
             .collect())
     }
 
-    /// Reloads this replica's view of the registry (or waits for a reload
-    /// that started after this call, see [`Refreshes`]).
-    pub async fn refresh(&self) -> Result<(), StoreError> {
-        use std::sync::atomic::Ordering;
-        let asked_after = self.refreshes.started.load(Ordering::Acquire);
-        let _turn = self.refreshes.turn.lock().await;
-        if self.refreshes.started.load(Ordering::Acquire) > asked_after
-            && self.refreshes.last_ok.load(Ordering::Acquire)
-        {
-            return Ok(());
-        }
-        self.refreshes.started.fetch_add(1, Ordering::AcqRel);
-        let records = self.store.list_nodes().await;
-        self.refreshes
-            .last_ok
-            .store(records.is_ok(), Ordering::Release);
-        self.table.sync(&records?);
-        Ok(())
-    }
-
-    /// Takes a failed node out of placement and press routing, on every replica.
-    pub async fn mark_down(&self, entry: &NodeEntry, reason: &str) {
-        entry.set_state(NodeState::Down);
-        match self
-            .store
-            .set_node_state(
-                &entry.address,
-                NodeState::Down,
-                &[NodeState::Up, NodeState::Draining],
-            )
-            .await
-        {
-            Ok(Some(_)) => {
-                metrics::counter!("nodes_control_nodes_marked_down_total").increment(1);
-                warn!(node = %entry.address, name = %entry.name, %reason, "node marked down");
-                if let Err(error) = self
-                    .store
-                    .set_node_notes(&entry.address, reason, None)
-                    .await
-                {
-                    warn!(node = %entry.address, %error, "could not record why the node is down");
-                }
-            }
-            Ok(None) => {}
-            Err(error) => {
-                warn!(node = %entry.address, %error, "could not record the node down in Redis")
-            }
-        }
-    }
-
     /// Refuses a second address of a registered node: one that resolves to
     /// a socket address a registered node resolves to, or that reports the
     /// instance id of a registered node.
@@ -364,52 +297,6 @@ impl NodeAdmin {
             }
         }
         Ok(())
-    }
-
-    /// Moves the sessions of a node declared down off it, under its fence.
-    pub async fn fail_over(&self, addr: &str) -> Result<usize, CleanError> {
-        self.cleaner.fail_over(addr).await
-    }
-
-    /// Brings a down node that answers its health check back: its sessions
-    /// are unmapped (they restore from the archive), it is wiped with
-    /// `/clean archive=false` (its counts are stale), then it takes traffic.
-    pub async fn recover(&self, addr: &str) -> Result<bool, AdminError> {
-        self.with_node_lock(addr, |this, lock| async move {
-            let addr = lock.node();
-            match this.store.get_node(addr).await? {
-                Some(record) if record.state == NodeState::Down => {}
-                _ => return Ok(false),
-            }
-            let dropped = match this.cleaner.wipe(&lock).await {
-                Ok(dropped) => dropped,
-                Err(error) => {
-                    warn!(node = %addr, %error, "could not wipe the recovered node; it stays down");
-                    return Ok(false);
-                }
-            };
-            let instance = this.client.health(addr).await.ok().and_then(|h| h.instance);
-            this.archive
-                .set_member_state(addr, NodeState::Up.as_str())
-                .await?;
-            this.store
-                .set_node_notes(addr, "", instance.as_deref())
-                .await?;
-            if let Some(old) = this
-                .store
-                .set_node_state(addr, NodeState::Up, &[NodeState::Down])
-                .await?
-            {
-                info!(
-                    node = %addr, from = %old, sessions_dropped = dropped,
-                    reason = "answered its health checks again; its counts are stale",
-                    "node recovered and wiped"
-                );
-            }
-            this.refresh().await?;
-            Ok(true)
-        })
-        .await
     }
 
     /// Runs `op` holding the node's lock, in a task of its own: an admin
