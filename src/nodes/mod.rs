@@ -5,11 +5,13 @@
 pub mod address;
 pub mod client;
 pub mod pool;
+pub mod record;
 pub mod selector;
 pub mod table;
 mod wire;
 
 pub use address::NodeAddress;
 pub use client::{CleanOutcome, NodeCallError, NodeClient, NodeHealth};
+pub use record::{NodeRecord, NodeState};
 pub use selector::Selector;
 pub use table::{NodeEntry, NodeTable};

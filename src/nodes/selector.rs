@@ -7,8 +7,8 @@ use std::sync::{Arc, Weak};
 
 use balancing::{Node, Pick, Strategy, StrategyKind};
 
+use super::record::NodeState;
 use super::table::NodeTable;
-use crate::store::NodeState;
 
 pub struct Selector {
     kind: StrategyKind,

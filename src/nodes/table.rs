@@ -10,7 +10,7 @@ use balancing::LoadTracker;
 use http::Uri;
 use tokio::sync::{RwLock as AsyncRwLock, RwLockWriteGuard};
 
-use crate::store::{NodeRecord, NodeState};
+use super::record::{NodeRecord, NodeState};
 
 /// One node as this replica sees it.
 #[derive(Debug)]

@@ -33,8 +33,10 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::AsyncCommands;
 
+/// The node types live in `nodes::record`; re-exported for the store's
+/// callers.
+pub use crate::nodes::record::{NodeRecord, NodeState};
 pub use fences::{Fence, FenceReason, Journal};
-pub use nodes::{NodeRecord, NodeState};
 pub use sessions::{Expiring, Mapping, Placed, Placement};
 
 #[derive(Debug, thiserror::Error)]
