@@ -35,9 +35,8 @@ async fn main() {
     }
     let live = env_or("SWEEP_LIVE", 1_000_000);
     let expired = env_or("SWEEP_EXPIRED", 10_000);
-    let redis_url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let database_url = std::env::var("TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/nodes_control_test".into());
+    let redis_url = testkit::redis_url();
+    let database_url = testkit::database_url();
     let run = uuid::Uuid::new_v4().simple().to_string();
     let prefix = format!("bench-{run}:");
 
@@ -54,14 +53,7 @@ async fn main() {
 
     let mut nodes = Vec::new();
     for i in 0..3 {
-        let node = click_node::Node::new(&click_node::Config::for_tests(
-            &format!("b{i}"),
-            &database_url,
-        ))
-        .unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(click_node::serve(listener, node, std::future::pending()));
+        let addr = testkit::spawn_node(&format!("b{i}"), false).await.address;
         ctx.admin.add(&addr, None, None).await.unwrap();
         nodes.push(addr);
     }

@@ -155,10 +155,7 @@ async fn press(
         .map(str::to_owned);
     let body = response.text().await.unwrap_or_default();
     if status == 200 {
-        let clicks = body
-            .strip_prefix("You clicked ")
-            .and_then(|r| r.strip_suffix(" times"))
-            .and_then(|n| n.parse().ok());
+        let clicks = testkit::parse_clicks(&body);
         (status, None, clicks, served_by)
     } else {
         let code = serde_json::from_str::<serde_json::Value>(&body)

@@ -14,7 +14,6 @@ use std::time::Duration;
 use nodes_control::http::ApiContext;
 use nodes_control::{Application, Config};
 use serde_json::Value;
-use tokio::sync::OnceCell;
 
 #[allow(unused_imports)]
 pub use node::TestNode;
@@ -23,36 +22,7 @@ pub use proxy::TcpProxy;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 
-pub fn redis_url() -> String {
-    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
-
-/// The test database (created and migrated once per test binary).
-pub fn database_url() -> String {
-    std::env::var("TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/nodes_control_test".into())
-}
-
-static DATABASE: OnceCell<()> = OnceCell::const_new();
-
-pub async fn ensure_database() {
-    DATABASE
-        .get_or_init(|| async {
-            let url = database_url();
-            let archive = nodes_control::archive::Archive::connect_lazy(
-                &url,
-                "tests",
-                Duration::from_secs(5),
-            )
-            .unwrap();
-            // Creates the database if it is missing, like the balancer does.
-            archive
-                .migrate(&url)
-                .await
-                .expect("Postgres answers on 127.0.0.1:5432");
-        })
-        .await;
-}
+pub use testkit::{database_url, ensure_database, redis_url};
 
 /// Deals `sessions` out to `workers` (each session to one worker, so its
 /// presses are sequential and each answer can be judged).
@@ -137,10 +107,7 @@ pub struct PressAnswer {
 impl PressAnswer {
     /// The count in `You clicked N times`.
     pub fn clicks(&self) -> i64 {
-        self.body
-            .strip_prefix("You clicked ")
-            .and_then(|r| r.strip_suffix(" times"))
-            .and_then(|n| n.parse().ok())
+        testkit::parse_clicks(&self.body)
             .unwrap_or_else(|| panic!("not a click answer: {} {}", self.status, self.body))
     }
 }

@@ -1,28 +1,15 @@
 //! The reference node's API against a real Postgres (design.md §1).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
-use click_node::{Config, Node};
+use click_node::Node;
 use serde_json::{json, Value};
-use sqlx::migrate::MigrateDatabase;
 use sqlx::PgPool;
-
-fn database_url() -> String {
-    std::env::var("TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/nodes_control_test".into())
-}
 
 /// The test database with the project's migrations applied.
 async fn database() -> PgPool {
-    let url = database_url();
-    if !sqlx::Postgres::database_exists(&url).await.unwrap_or(false) {
-        // Another test binary may create it at the same moment.
-        let _ = sqlx::Postgres::create_database(&url).await;
-    }
-    let pool = PgPool::connect(&url).await.unwrap();
-    sqlx::migrate!("../../migrations").run(&pool).await.unwrap();
-    pool
+    testkit::ensure_database().await;
+    PgPool::connect(&testkit::database_url()).await.unwrap()
 }
 
 struct Running {
@@ -32,19 +19,10 @@ struct Running {
 }
 
 async fn start(clean_all: bool) -> Running {
-    let mut config = Config::for_tests("n-test", &database_url());
-    config.clean_all = clean_all;
-    let node = Node::new(&config).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr: SocketAddr = listener.local_addr().unwrap();
-    tokio::spawn(click_node::serve(
-        listener,
-        node.clone(),
-        std::future::pending(),
-    ));
+    let spawned = testkit::spawn_node("n-test", clean_all).await;
     Running {
-        url: format!("http://{addr}"),
-        node,
+        url: spawned.address,
+        node: spawned.node,
         http: reqwest::Client::new(),
     }
 }

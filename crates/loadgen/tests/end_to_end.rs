@@ -8,29 +8,18 @@ use balancing::StrategyKind;
 use loadgen::agents::{self, AgentsOptions};
 use loadgen::plot::PNG_SIZE;
 use nodes_control::{Application, Config};
-use sqlx::migrate::MigrateDatabase;
-
-fn database_url() -> String {
-    std::env::var("TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/nodes_control_test".into())
-}
 
 async fn start_node(name: &str) -> String {
-    let node =
-        click_node::Node::new(&click_node::Config::for_tests(name, &database_url())).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(click_node::serve(listener, node, std::future::pending()));
-    address
+    testkit::spawn_node(name, false).await.address
 }
 
 async fn start_balancer(strategy: StrategyKind, nodes: &[String]) -> String {
-    let url = database_url();
-    if !sqlx::Postgres::database_exists(&url).await.unwrap_or(false) {
-        let _ = sqlx::Postgres::create_database(&url).await;
-    }
-    let redis = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let mut config = Config::new(&url, &redis, "loadgen-test");
+    testkit::ensure_database().await;
+    let mut config = Config::new(
+        &testkit::database_url(),
+        &testkit::redis_url(),
+        "loadgen-test",
+    );
     config.redis_key_prefix = format!("loadgen-test-{}:", uuid::Uuid::new_v4().simple());
     config.strategy = strategy;
     config.nodes = nodes.to_vec();
