@@ -236,3 +236,22 @@ async fn adding_a_known_node_with_a_new_weight_re_weights_it_at_run_time() {
         3
     );
 }
+
+#[tokio::test]
+async fn concurrent_reloads_of_the_view_read_the_registry_once_between_them() {
+    let (app, _nodes) = spawn_cluster(2).await;
+    let registry = app.ctx.admin.registry().clone();
+    let before = registry.reads();
+    let reloads = (0..20).map(|_| {
+        let registry = registry.clone();
+        async move { registry.refresh().await }
+    });
+    for reloaded in futures::future::join_all(reloads).await {
+        reloaded.unwrap();
+    }
+    let reads = registry.reads() - before;
+    // One read started after all twenty asked serves them all (the health
+    // checker's own reload, every 200 ms here, may add one or two).
+    assert!((1..=3).contains(&reads), "{reads} reads for 20 reloads");
+    assert_eq!(app.nodes().await.len(), 2);
+}

@@ -61,6 +61,13 @@ impl NodeRegistry {
         &self.table
     }
 
+    /// How many times this replica has read the registry to reload its view.
+    pub fn reads(&self) -> u64 {
+        self.refreshes
+            .started
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Reloads this replica's view of the registry (or waits for a reload
     /// that started after this call, see [`Refreshes`]).
     pub async fn refresh(&self) -> Result<(), StoreError> {
