@@ -1,9 +1,7 @@
 //! Test harness: a real Redis, a real Postgres, real HTTP on ephemeral ports.
 //! Every test gets its own Redis key prefix and its own session ids, so tests
 //! run in parallel against the same servers without seeing each other.
-#![allow(dead_code)]
 
-pub mod checker;
 pub mod node;
 pub mod process;
 pub mod proxy;

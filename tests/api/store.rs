@@ -3,7 +3,7 @@
 //! keys behind, let an old list entry end a session placed anew, or give a
 //! number to a second address.
 
-mod common;
+use crate::common;
 
 use common::{now_ms, redis_url, spawn_app, start_nodes, unique};
 

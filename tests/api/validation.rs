@@ -1,6 +1,6 @@
 //! Bad input gets a clear 4xx and loses nothing (design.md §3).
 
-mod common;
+use crate::common;
 
 use common::{spawn_cluster, unique};
 

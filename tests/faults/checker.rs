@@ -21,6 +21,7 @@ pub struct Answer {
     pub session: String,
     /// The press's number for its session (its true count if counted).
     pub truth: i64,
+    #[allow(dead_code)] // shown by `Debug` when an assertion names the answer
     pub status: u16,
     /// `code` of an error answer, or "transport" when there was no answer.
     pub code: Option<String>,
@@ -40,16 +41,12 @@ pub struct Report {
     /// press each once the load stopped.
     pub lost: i64,
     pub answers: Vec<Answer>,
+    #[allow(dead_code)] // shown by `Debug` when an assertion prints the report
     pub sessions: usize,
     pub duration: Duration,
 }
 
 impl Report {
-    /// Error answers in all.
-    pub fn error_count(&self) -> usize {
-        self.errors.values().sum()
-    }
-
     /// The fewest successful answers in one second, of those not served by
     /// `excluded` (the faulty node), over whole seconds, and the median.
     pub fn worst_second(&self, excluded: Option<&str>) -> (usize, usize) {
@@ -182,7 +179,7 @@ pub async fn run(
         .unwrap();
     let started = Instant::now();
     let deadline = started + duration;
-    let chunks = super::deal(sessions, workers);
+    let chunks = crate::common::deal(sessions, workers);
     let tasks: Vec<_> = chunks
         .into_iter()
         .enumerate()

@@ -2,7 +2,7 @@
 //! clients cost a socket for a bounded time, SIGTERM ends the process
 //! within its grace period even with a client holding a half-sent request.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! HTTPS nodes: trusted through `NODE_CA_FILE`, refused when untrusted.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -1,6 +1,6 @@
 //! Node administration: add, remove, list, auth (design.md §3).
 
-mod common;
+use crate::common;
 
 use common::{spawn_app, spawn_cluster, unique, TestNode};
 use serde_json::json;

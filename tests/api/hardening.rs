@@ -1,7 +1,7 @@
 //! Hardening the edges (design.md §4.13): untrusted input never touches node
 //! state, redirects are not followed, strict requests, supervised loops.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

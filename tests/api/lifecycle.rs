@@ -1,7 +1,7 @@
 //! Session lifecycle without lost clicks (design.md §4.3-4.7): expiry, sweep,
 //! fold, fence, restore after removal and failure.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

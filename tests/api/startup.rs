@@ -1,7 +1,7 @@
 //! Start-up: configuration errors stop it, dependencies that are away only
 //! delay it.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

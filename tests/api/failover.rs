@@ -1,6 +1,6 @@
 //! Node failure, Redis and Postgres outages (design.md §3, §4.5, §4.8).
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! session costs no Redis round trip once cached, and a replica that cannot
 //! hear of fences stops trusting its cache within its lease.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

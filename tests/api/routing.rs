@@ -1,7 +1,7 @@
 //! Stateless `/process` routing by `STRATEGY`, and `PLACEMENT` strategies
 //! for new sessions (design.md §3, §4.2, §7).
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 

@@ -2,7 +2,7 @@
 //! to the router: both paths must look the same from outside, and a
 //! connection may carry both.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! §4.10, §4.12): clean tokens, their revocation, the failover a timed-out
 //! clean triggers, and the rebuild of a registry Redis forgot.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! Sticky presses and even placement (design.md §4.1, §4.2).
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 

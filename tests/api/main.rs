@@ -1,0 +1,23 @@
+//! Every integration test of the balancer but the fault suite, as one test
+//! binary (one link, one `common`): real Redis, Postgres and nodes on
+//! ephemeral ports, one module per capability. The fault suite
+//! (`tests/faults.rs`) stays a binary of its own, so its timing checks do not
+//! share the machine with the rest.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod admin;
+mod cache;
+mod failover;
+mod fencing;
+mod front;
+mod hardening;
+mod lifecycle;
+mod press;
+mod routing;
+mod shutdown;
+mod startup;
+mod store;
+mod tls;
+mod validation;
