@@ -2,6 +2,7 @@
 //! stateful click-counter nodes. See docs/design.md for how it works.
 
 pub mod archive;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod http;

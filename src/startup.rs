@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::archive::Archive;
+use crate::clock::Clock;
 use crate::cluster::{HealthChecker, NodeAdmin, NodeRegistry};
 use crate::config::Config;
 use crate::http::{self, ApiContext, Services};
@@ -55,6 +56,12 @@ impl Application {
     /// Binds the listener (port 0 in tests), connects to Redis and Postgres,
     /// applies migrations and registers the `NODES` of the configuration.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
+        Self::build_with_clock(config, Clock::system()).await
+    }
+
+    /// [`build`](Self::build) with sessions expiring on `clock` (tests move
+    /// it forward instead of waiting out a TTL).
+    pub async fn build_with_clock(config: Config, clock: Clock) -> anyhow::Result<Self> {
         let admin_token = config
             .admin_token
             .clone()
@@ -104,6 +111,7 @@ impl Application {
             cleaner.clone(),
             config.node_timeout(),
             config.session_ttl(),
+            clock,
         );
         let fences = FenceWatcher::new(store.clone(), table.clone(), events, lease.clone());
         let rebuilder = Rebuilder::new(cleaner.clone());
@@ -277,7 +285,7 @@ impl Application {
             Duration::from_secs(10),
             &cancel,
             move || {
-                sessions.purge_cache(crate::store::now_ms());
+                sessions.purge_cache();
             },
         );
         // Histogram samples pile up in the recorder until drained: without
@@ -330,7 +338,7 @@ impl Application {
             .unwrap_or_else(|e| e.into_inner())
             .unwrap_or_else(tokio::time::Instant::now);
         let left = limits.grace.saturating_sub(started.elapsed());
-        if !crate::lifecycle::lock::wait_for_detached(left).await {
+        if !crate::lifecycle::detached::wait_for_detached(left).await {
             warn!("cleans still running at the end of the grace period; their journals let another replica finish them");
         }
         info!("nodes-control stopped");

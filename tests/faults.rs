@@ -1,7 +1,7 @@
 //! The fault suite (design.md §4.5, §4.10-4.13): real `click-node` processes
 //! and a real Redis are killed, stopped and restarted under load; Postgres is
 //! cut or silently blackholed through a proxy; clients hang up mid-clean.
-//! The checker ([`checker`]) knows every session's true count and
+//! The checking client (`testkit::checker`) knows every session's true count and
 //! judges every answer. Each scenario prints a `FIGURES` line (run with
 //! `--nocapture` to see them; the README quotes them).
 //!
@@ -16,12 +16,10 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-#[path = "faults/checker.rs"]
-mod checker;
-use checker::{Finals, Report};
 use common::process::{NodeProcess, RedisProcess};
 use common::{database_url, spawn_app_with, unique, TcpProxy, TestApp};
 use nodes_control::Config;
+use testkit::checker::{self, Finals, Report};
 
 /// Scenarios run one at a time: each judges throughput second by second,
 /// which a neighbour's load on the same two cores would blur.

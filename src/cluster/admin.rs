@@ -9,11 +9,12 @@ use tracing::{info, warn};
 
 use super::registry::NodeRegistry;
 use crate::archive::{Archive, ArchiveError, Member};
-use crate::lifecycle::lock::{detached_under_node_lock, NodeLock, LOCK_WAIT};
+use crate::lifecycle::detached::detached_under_node_lock;
 use crate::lifecycle::{CleanError, NodeCleaner};
 use crate::nodes::address::{AddressError, NodeAddress};
 use crate::nodes::client::{NodeClient, NodeHealth};
 use crate::nodes::table::NodeTable;
+use crate::store::lock::{NodeLock, LOCK_WAIT};
 use crate::store::{NodeRecord, NodeState, SessionStore, StoreError};
 
 pub const MAX_WEIGHT: u32 = 1000;

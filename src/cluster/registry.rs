@@ -8,10 +8,11 @@ use std::sync::Arc;
 use tracing::{info, warn};
 
 use crate::archive::Archive;
-use crate::lifecycle::lock::{detached_under_node_lock, NodeLock, LOCK_WAIT};
+use crate::lifecycle::detached::detached_under_node_lock;
 use crate::lifecycle::{CleanError, NodeCleaner};
 use crate::nodes::client::NodeClient;
 use crate::nodes::table::{NodeEntry, NodeTable};
+use crate::store::lock::{NodeLock, LOCK_WAIT};
 use crate::store::{NodeState, SessionStore, StoreError};
 
 #[derive(Clone)]

@@ -23,9 +23,10 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
-use super::lock::{detached_under_node_lock, spawn_tracked, NodeLock, LOCK_TTL_MS, LOCK_WAIT};
+use super::detached::{detached_under_node_lock, spawn_tracked};
 use crate::archive::{Archive, ArchiveError};
 use crate::nodes::{CleanOutcome, NodeCallError, NodeClient, NodeTable};
+use crate::store::lock::{NodeLock, LOCK_TTL_MS, LOCK_WAIT};
 use crate::store::{now_ms, FenceReason, Journal, NodeState, SessionStore, StoreError};
 
 #[derive(Debug, thiserror::Error)]

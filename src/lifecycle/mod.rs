@@ -4,8 +4,8 @@
 //! Redis forgot.
 
 pub mod cleaner;
+pub mod detached;
 pub mod fence;
-pub mod lock;
 pub mod rebuild;
 pub mod sweep;
 

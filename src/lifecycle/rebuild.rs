@@ -16,9 +16,10 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::cleaner::{CleanError, NodeCleaner};
+use super::detached::detached;
 use super::fence::HEARTBEAT;
-use super::lock::{detached, with_lock, with_node_lock, LOCK_WAIT};
 use crate::archive::{Archive, Member};
+use crate::store::lock::{with_lock, with_node_lock, LOCK_WAIT};
 use crate::store::{NodeRecord, NodeState, SessionStore};
 
 /// Where the registry stands.

@@ -13,7 +13,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::cleaner::{CleanError, CleanReport, NodeCleaner};
-use crate::store::{now_ms, Expiring, SessionStore, StoreError};
+use crate::clock::{wall_ms, Clock};
+use crate::store::{Expiring, SessionStore, StoreError};
 
 /// Most sessions one sweep takes on; the rest wait for the next round.
 pub const MAX_PER_SWEEP: usize = 100_000;
@@ -55,6 +56,8 @@ pub struct Sweeper {
     /// local lock, and most find their session archived already, instead
     /// of queueing one by one on the node's Redis lock to learn it.
     expiring: Arc<std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    /// Session time: what "expired" is measured against.
+    clock: Clock,
 }
 
 impl Sweeper {
@@ -63,6 +66,7 @@ impl Sweeper {
         cleaner: NodeCleaner,
         node_timeout: Duration,
         ttl: Duration,
+        clock: Clock,
     ) -> Self {
         Self {
             store,
@@ -70,15 +74,23 @@ impl Sweeper {
             node_deadline: node_timeout * 3 + Duration::from_secs(2),
             expiry_batch_ms: (ttl / 4).min(Duration::from_secs(1)).as_millis() as i64,
             expiring: Arc::default(),
+            clock,
         }
     }
 
-    /// One sweep at time `now_ms`: finish interrupted cleans, then archive
-    /// every session expired by then.
+    /// The clock sessions expire on.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// One sweep at session time `now_ms`: finish interrupted cleans (a
+    /// fence past its deadline in real time), then archive every session
+    /// expired by `now_ms`.
     pub async fn sweep_once(&self, now_ms: i64) -> Result<SweepReport, StoreError> {
         let mut report = SweepReport::default();
+        let wall = wall_ms();
         for (node, fence) in self.store.fences().await? {
-            if fence.deadline_ms < now_ms {
+            if fence.deadline_ms < wall {
                 match self.cleaner.finish_stale(&node, fence.seq).await {
                     Ok(true) => report.recovered += 1,
                     Ok(false) => {}
@@ -219,7 +231,7 @@ impl Sweeper {
     /// Sweeps every `interval` until cancelled.
     pub async fn run(self, interval: Duration, cancel: CancellationToken) {
         crate::periodic::every(interval, cancel, || async {
-            if let Err(error) = self.sweep_once(now_ms()).await {
+            if let Err(error) = self.sweep_once(self.clock.now_ms()).await {
                 warn!(%error, "sweep failed");
             }
         })

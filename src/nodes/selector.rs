@@ -1,7 +1,8 @@
 //! `Selector`: a strategy of the `balancing` crate kept in step with this
 //! replica's up nodes. The node set is rebuilt when the table's membership
 //! changes, by a task that follows it, never by a pick: a pick is the
-//! strategy's own cost (pingora swaps in a new selector the same way).
+//! strategy's own cost: each strategy publishes what it builds with
+//! `arc-swap`, as pingora swaps in a new selector, and a pick takes no lock.
 
 use std::sync::{Arc, Weak};
 

@@ -8,10 +8,11 @@ use tracing::{debug, warn};
 use super::cache::MappingCache;
 use super::SessionId;
 use crate::archive::{Archive, ArchiveError};
+use crate::clock::Clock;
 use crate::cluster::NodeRegistry;
 use crate::lifecycle::{CleanError, Sweeper};
 use crate::nodes::{NodeCallError, NodeClient, NodeEntry, NodeTable, Selector};
-use crate::store::{now_ms, Mapping, Placed, SessionStore, StoreError};
+use crate::store::{Mapping, Placed, SessionStore, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PressError {
@@ -70,6 +71,8 @@ pub struct SessionService {
     fences_followed: Arc<AtomicBool>,
     /// Mappings already read, trusted while the lease is fresh.
     cache: Arc<MappingCache>,
+    /// Session time (the sweeper's): expiry is decided on it.
+    clock: Clock,
 }
 
 /// What happened to one attempt at a node.
@@ -91,6 +94,7 @@ impl SessionService {
         cache: MappingCache,
     ) -> Self {
         Self {
+            clock: sweeper.clock().clone(),
             store: registry.cleaner().store().clone(),
             archive: registry.cleaner().archive().clone(),
             client: registry.client().clone(),
@@ -120,7 +124,7 @@ impl SessionService {
         // The clean epoch is read before the mapping: a clean of the node
         // that ends after this point makes us read the mapping again. From
         // the cache, it is the epoch the cached mapping was read at.
-        let (mut mapping, mut epoch) = match self.cache.get(id, now_ms()) {
+        let (mut mapping, mut epoch) = match self.cache.get(id, self.clock.now_ms()) {
             Some((cached, epoch)) => (Some(cached), epoch),
             None => self.read(id).await?,
         };
@@ -133,11 +137,11 @@ impl SessionService {
                 Some(m) => m,
                 None => self.place(id, None).await?,
             };
-            if current.expires_at_ms <= now_ms() {
+            if current.expires_at_ms <= self.clock.now_ms() {
                 // Never serve an expired session (design.md §4.3): archive it
                 // (with its node's other expired sessions) and start anew.
                 self.sweeper
-                    .sweep_node(&current.node, id, now_ms())
+                    .sweep_node(&current.node, id, self.clock.now_ms())
                     .await
                     .map_err(expire_error)?;
                 (mapping, epoch) = self.read(id).await?;
@@ -169,7 +173,9 @@ impl SessionService {
                 let (fresh, read_at) = self.read(id).await?;
                 epoch = read_at;
                 match fresh {
-                    Some(m) if m.node == entry.address && m.expires_at_ms > now_ms() => m,
+                    Some(m) if m.node == entry.address && m.expires_at_ms > self.clock.now_ms() => {
+                        m
+                    }
                     other => {
                         mapping = other;
                         continue;
@@ -230,9 +236,9 @@ impl SessionService {
         Ok((mapping, epoch))
     }
 
-    /// Drops cached mappings of sessions that expired by `now_ms`.
-    pub fn purge_cache(&self, now_ms: i64) -> usize {
-        self.cache.purge_expired(now_ms)
+    /// Drops cached mappings of sessions that expired by now.
+    pub fn purge_cache(&self) -> usize {
+        self.cache.purge_expired(self.clock.now_ms())
     }
 
     /// Forwards the press, giving up as soon as the node is declared down
@@ -286,7 +292,7 @@ impl SessionService {
     async fn place(&self, id: &str, stale_node: Option<&str>) -> Result<Mapping, PressError> {
         let epoch = self.table().epoch();
         let base = self.archive.fold_one(id).await?;
-        let expires_at_ms = now_ms() + self.ttl.as_millis() as i64;
+        let expires_at_ms = self.clock.now_ms() + self.ttl.as_millis() as i64;
         // The strategy's choice is a preference: the script still places
         // atomically, and falls back to least sessions if it went down.
         let preferred = self

@@ -24,6 +24,7 @@
 //! hash table and cost more.
 
 mod fences;
+pub mod lock;
 mod nodes;
 mod sessions;
 
@@ -216,9 +217,4 @@ impl SessionStore {
     }
 }
 
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
-}
+pub(crate) use crate::clock::wall_ms as now_ms;

@@ -6,8 +6,9 @@ use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::workload::{assert_counts_exact, press_for};
-use common::{now_ms, short_lived_config, spawn_app_with, start_nodes, unique};
+use common::workload::{assert_counts_exact, expire_on_the_way, press_for};
+use common::{now_ms, short_lived_config, spawn_app_on, spawn_app_with, start_nodes, unique};
+use nodes_control::clock::ManualTime;
 use nodes_control::store::FenceReason;
 
 fn session_ids(tag: &str, n: usize) -> Vec<String> {
@@ -15,25 +16,41 @@ fn session_ids(tag: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{tag}-{i}")).collect()
 }
 
-/// 200 sessions, TTL 2 s, sweep every 1 s, 10 s of concurrent presses.
+/// The sessions of a lifecycle workload, in session time: a TTL of 2 s,
+/// lived four times faster than real time (0.4 s per 0.1 s), swept at
+/// every step.
+const TTL_SECS: u64 = 2;
+const TICK: Duration = Duration::from_millis(100);
+const STEP: Duration = Duration::from_millis(400);
+/// Real time of a workload: ten seconds of session time, five lives.
+const RUN: Duration = Duration::from_millis(2500);
+
+/// 200 sessions pressed concurrently through five expiries each.
 async fn two_hundred_sessions_through_expiries(clean_all: bool, replicas: usize, remove_one: bool) {
-    let config = short_lived_config(2);
-    let first = spawn_app_with(config.clone()).await;
+    let mut config = short_lived_config(TTL_SECS);
+    config.sweep_interval_secs = 3600; // the workload's own sweeps only
+    let time = ManualTime::new();
+    let first = spawn_app_on(config.clone(), time.clone()).await;
     let nodes = start_nodes(&first, 3, clean_all).await;
     let mut apps = vec![Arc::new(first)];
     for _ in 1..replicas {
-        apps.push(Arc::new(spawn_app_with(config.clone()).await));
+        apps.push(Arc::new(spawn_app_on(config.clone(), time.clone()).await));
     }
     let sessions = session_ids("life", 200);
     let removal = remove_one.then(|| {
         let app = apps[0].clone();
         let address = nodes[1].address.clone();
         tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs(4)).await;
+            tokio::time::sleep(RUN * 2 / 5).await;
             app.remove_node(&address).await
         })
     });
-    let answers = press_for(&apps, &sessions, 20, Duration::from_secs(10)).await;
+    let sweeps = expire_on_the_way(&apps, TICK, STEP, RUN);
+    let answers = press_for(&apps, &sessions, 20, RUN).await;
+    assert!(
+        sweeps.await.unwrap() >= 10,
+        "the sessions lived several times"
+    );
     if let Some(removal) = removal {
         removal.await.unwrap();
         assert_eq!(apps[0].nodes().await.len(), 2);
@@ -114,7 +131,7 @@ async fn a_clean_all_node_re_bases_its_live_sessions_and_a_killed_node_restores_
     app.press(&a).await;
     // B is younger than A by more than the expiry batch (a quarter of the
     // TTL, at most a second): A's expiry does not take B along.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    app.time.advance(Duration::from_millis(1100));
     for _ in 0..3 {
         app.press(&b).await;
     }
@@ -254,7 +271,7 @@ async fn a_postgres_outage_at_expiry_is_a_503_and_the_session_continues_after() 
         assert_eq!(app.press(&s).await.clicks(), expected);
     }
     postgres.cut();
-    tokio::time::sleep(Duration::from_millis(1100)).await; // the session expires
+    app.time.advance(Duration::from_millis(1100)); // the session expires
     let answer = app.press(&s).await;
     assert_eq!(answer.status, 503, "{answer:?}");
     let body: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
@@ -266,16 +283,26 @@ async fn a_postgres_outage_at_expiry_is_a_503_and_the_session_continues_after() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_of_a_node_killed_mid_run_continue_from_their_last_archived_total() {
-    let app = Arc::new(spawn_app_with(short_lived_config(1)).await);
+    let mut config = short_lived_config(1);
+    config.sweep_interval_secs = 3600; // the workload's own sweeps only
+    let app = Arc::new(spawn_app_with(config).await);
     let mut nodes = start_nodes(&app, 3, false).await;
     let sessions = session_ids("killed", 60);
     let victim = nodes[0].name.clone();
+    // A life of 1 s in session time is 0.4 s of real time here.
+    let run = Duration::from_secs(3);
+    let sweeps = expire_on_the_way(
+        std::slice::from_ref(&app),
+        TICK,
+        Duration::from_millis(250),
+        run,
+    );
     let workload = tokio::spawn({
         let apps = vec![app.clone()];
         let sessions = sessions.clone();
-        async move { press_for(&apps, &sessions, 10, Duration::from_secs(6)).await }
+        async move { press_for(&apps, &sessions, 10, run).await }
     });
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(run / 2).await;
     nodes[0].kill();
     let mut archived_at_kill = std::collections::HashMap::new();
     for s in &sessions {
@@ -285,6 +312,7 @@ async fn sessions_of_a_node_killed_mid_run_continue_from_their_last_archived_tot
         );
     }
     let answers = workload.await.unwrap();
+    sweeps.await.unwrap();
     let mut moved = 0;
     for (session, seen) in &answers {
         for (i, window) in seen.windows(2).enumerate() {
@@ -344,7 +372,7 @@ async fn an_expiry_clean_takes_the_sessions_about_to_expire_and_leaves_younger_o
     app.press(&first).await;
     app.press(&near).await;
     app.press(&near).await;
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    app.time.advance(Duration::from_millis(1100));
     app.press(&young).await;
     let expires = app
         .ctx

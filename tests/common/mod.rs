@@ -9,6 +9,7 @@ pub mod workload;
 
 use std::time::Duration;
 
+use nodes_control::clock::ManualTime;
 use nodes_control::http::ApiContext;
 use nodes_control::{Application, Config};
 use serde_json::Value;
@@ -20,16 +21,7 @@ pub use proxy::TcpProxy;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token";
 
-pub use testkit::{database_url, ensure_database, redis_url};
-
-/// Deals `sessions` out to `workers` (each session to one worker, so its
-/// presses are sequential and each answer can be judged).
-pub fn deal(sessions: &[String], workers: usize) -> Vec<Vec<String>> {
-    sessions
-        .chunks(sessions.len().div_ceil(workers))
-        .map(|c| c.to_vec())
-        .collect()
-}
+pub use testkit::{database_url, deal, ensure_database, redis_url};
 
 /// Wall-clock time as the store keeps it: ms since the Unix epoch.
 pub fn now_ms() -> i64 {
@@ -60,6 +52,9 @@ pub struct TestApp {
     pub sweeper: nodes_control::lifecycle::Sweeper,
     pub supervisor: nodes_control::supervisor::Supervisor,
     pub http: reqwest::Client,
+    /// Moves this app's session clock: sessions expire when a test says,
+    /// not when a TTL has run out in real time.
+    pub time: ManualTime,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -68,8 +63,13 @@ pub async fn spawn_app() -> TestApp {
 }
 
 pub async fn spawn_app_with(config: Config) -> TestApp {
+    spawn_app_on(config, ManualTime::new()).await
+}
+
+/// An app whose sessions expire on `time` (replicas of one test share it).
+pub async fn spawn_app_on(config: Config, time: ManualTime) -> TestApp {
     ensure_database().await;
-    let app = Application::build(config.clone())
+    let app = Application::build_with_clock(config.clone(), time.clock())
         .await
         .expect("application builds");
     let address = format!("http://127.0.0.1:{}", app.port());
@@ -90,6 +90,7 @@ pub async fn spawn_app_with(config: Config) -> TestApp {
             .timeout(Duration::from_secs(30))
             .build()
             .unwrap(),
+        time,
         shutdown: Some(tx),
     }
 }

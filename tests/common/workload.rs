@@ -65,3 +65,30 @@ pub fn assert_counts_exact(answers: &Answers) {
         }
     }
 }
+
+/// Session time during a workload: every `tick` of real time, `step` of
+/// session time passes and a replica (each in turn) sweeps, until `until`.
+/// Sessions go through their lives `step / tick` times faster than real
+/// time, while presses, health checks and fences keep real time. Returns
+/// how many sweeps ran; a sweep that fails fails the test.
+pub fn expire_on_the_way(
+    apps: &[Arc<TestApp>],
+    tick: Duration,
+    step: Duration,
+    until: Duration,
+) -> tokio::task::JoinHandle<usize> {
+    let apps = apps.to_vec();
+    tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + until;
+        let mut sweeps = 0;
+        while tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(tick).await;
+            let app = &apps[sweeps % apps.len()];
+            app.time.advance(step);
+            let now = app.sweeper.clock().now_ms();
+            app.sweeper.sweep_once(now).await.expect("a sweep failed");
+            sweeps += 1;
+        }
+        sweeps
+    })
+}

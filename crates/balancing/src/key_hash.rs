@@ -4,7 +4,9 @@
 //! ring, Maglev or rendezvous hashing when nodes come and go.
 
 use std::net::IpAddr;
-use std::sync::RwLock;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 
 use crate::hash::hash_key;
 use crate::{Node, NodeId, Pick, Strategy};
@@ -13,7 +15,7 @@ use crate::{Node, NodeId, Pick, Strategy};
 /// most keys.
 #[derive(Debug, Default)]
 pub struct KeyHash {
-    nodes: RwLock<Vec<NodeId>>,
+    nodes: ArcSwap<Vec<NodeId>>,
 }
 
 impl KeyHash {
@@ -29,12 +31,12 @@ impl Strategy for KeyHash {
     }
 
     fn set_nodes(&self, nodes: &[Node]) {
-        *self.nodes.write().unwrap_or_else(|e| e.into_inner()) =
-            nodes.iter().map(|n| n.id.clone()).collect();
+        self.nodes
+            .store(Arc::new(nodes.iter().map(|n| n.id.clone()).collect()));
     }
 
     fn pick(&self, key: &[u8]) -> Option<Pick> {
-        let nodes = self.nodes.read().unwrap_or_else(|e| e.into_inner());
+        let nodes = self.nodes.load();
         if nodes.is_empty() {
             return None;
         }

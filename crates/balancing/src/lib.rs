@@ -23,6 +23,7 @@
 #![warn(missing_docs)]
 
 mod client;
+mod draw;
 mod hash;
 mod key_hash;
 mod kind;
@@ -51,7 +52,7 @@ pub use random::Random;
 pub use rendezvous::Rendezvous;
 pub use ring::{ConsistentHash, MAX_POINTS_PER_NODE};
 pub use round_robin::RoundRobin;
-pub use weighted::SmoothWeighted;
+pub use weighted::{SmoothWeighted, MAX_CYCLE};
 
 /// A node's identity: cheap to clone, compared by value.
 pub type NodeId = Arc<str>;

@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
+use arc_swap::ArcSwap;
+
 use crate::NodeId;
 
 /// Per-node in-flight counters. Cheap to clone; clones share the counts.
@@ -72,9 +74,10 @@ impl Drop for InFlight {
 }
 
 /// A node set with each node's in-flight counter resolved once, for the
-/// load-aware strategies: choosing reads plain atomics, no map lookups.
+/// load-aware strategies: choosing reads plain atomics, no map lookups, and
+/// the set is swapped whole, so a pick takes no lock.
 #[derive(Debug, Default)]
-pub(crate) struct CountedNodes(RwLock<Vec<(NodeId, Arc<AtomicUsize>)>>);
+pub(crate) struct CountedNodes(ArcSwap<Vec<(NodeId, Arc<AtomicUsize>)>>);
 
 impl CountedNodes {
     pub(crate) fn set(&self, tracker: &LoadTracker, nodes: &[crate::Node]) {
@@ -82,7 +85,7 @@ impl CountedNodes {
             .iter()
             .map(|n| (n.id.clone(), tracker.counter(&n.id)))
             .collect();
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = resolved;
+        self.0.store(Arc::new(resolved));
     }
 
     /// Picks the node `choose` returns, given the number of nodes and each
@@ -91,7 +94,7 @@ impl CountedNodes {
         &self,
         choose: impl FnOnce(usize, &dyn Fn(usize) -> usize) -> Option<usize>,
     ) -> Option<crate::Pick> {
-        let nodes = self.0.read().unwrap_or_else(|e| e.into_inner());
+        let nodes = self.0.load();
         let load = |i: usize| nodes[i].1.load(Ordering::Acquire);
         let (id, counter) = nodes.get(choose(nodes.len(), &load)?)?;
         Some(crate::Pick::counted(

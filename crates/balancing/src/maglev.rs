@@ -4,7 +4,9 @@
 //! within a slot or two per turn of its weight's share) and O(1) lookups;
 //! a membership change moves a few keys beyond the departed node's.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 
 use crate::hash::{hash_key, hash_seeded};
 use crate::{Node, NodeId, Pick, Strategy};
@@ -16,7 +18,7 @@ pub const DEFAULT_TABLE_SIZE: usize = 65_537;
 #[derive(Debug)]
 pub struct Maglev {
     size: usize,
-    table: RwLock<Arc<Table>>,
+    table: ArcSwap<Table>,
 }
 
 #[derive(Debug, Default)]
@@ -33,14 +35,14 @@ impl Maglev {
     pub fn new(size: usize) -> Self {
         Self {
             size: size.max(1),
-            table: RwLock::default(),
+            table: ArcSwap::default(),
         }
     }
 
     /// Slots owned by each node, in node order (for tests and benchmarks).
     /// Slots per node in the current table.
     pub fn shares(&self) -> Vec<(NodeId, usize)> {
-        let table = self.table.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let table = self.table.load();
         let mut counts = vec![0usize; table.nodes.len()];
         for &slot in &table.slots {
             counts[slot as usize] += 1;
@@ -109,11 +111,11 @@ impl Strategy for Maglev {
                 nodes: nodes.iter().map(|n| n.id.clone()).collect(),
             }
         };
-        *self.table.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(table);
+        self.table.store(Arc::new(table));
     }
 
     fn pick(&self, key: &[u8]) -> Option<Pick> {
-        let table = self.table.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let table = self.table.load();
         if table.slots.is_empty() {
             return None;
         }

@@ -1,11 +1,9 @@
 //! Power of two choices: two distinct nodes at random, the less loaded of
 //! the two wins. Nearly as even as least-connections at O(1) per pick.
 
-use std::sync::Mutex;
+use rand::Rng;
 
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
-
+use crate::draw::Draws;
 use crate::load::{CountedNodes, LoadTracker};
 use crate::{Node, Pick, Strategy};
 
@@ -14,7 +12,7 @@ use crate::{Node, Pick, Strategy};
 pub struct PowerOfTwoChoices {
     tracker: LoadTracker,
     nodes: CountedNodes,
-    rng: Mutex<StdRng>,
+    draws: Draws,
 }
 
 impl PowerOfTwoChoices {
@@ -29,7 +27,7 @@ impl PowerOfTwoChoices {
         Self {
             tracker,
             nodes: CountedNodes::default(),
-            rng: Mutex::new(StdRng::seed_from_u64(seed)),
+            draws: Draws::new(seed),
         }
     }
 
@@ -54,7 +52,7 @@ impl Strategy for PowerOfTwoChoices {
                 0 => return None,
                 1 => (0, 0),
                 _ => {
-                    let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut rng = self.draws.next();
                     let a = rng.random_range(0..len);
                     (a, (a + rng.random_range(1..len)) % len)
                 }

@@ -3,7 +3,9 @@
 //! (score = -w / ln(u)), so shares follow weights; a departure moves only
 //! the departed node's keys. O(n) per pick.
 
-use std::sync::RwLock;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 
 use crate::hash::hash_pair;
 use crate::{Node, Pick, Strategy};
@@ -11,7 +13,7 @@ use crate::{Node, Pick, Strategy};
 /// Rendezvous (highest random weight) hashing, weighted.
 #[derive(Debug, Default)]
 pub struct Rendezvous {
-    nodes: RwLock<Vec<Node>>,
+    nodes: ArcSwap<Vec<Node>>,
 }
 
 impl Rendezvous {
@@ -34,12 +36,12 @@ impl Strategy for Rendezvous {
     }
 
     fn set_nodes(&self, nodes: &[Node]) {
-        *self.nodes.write().unwrap_or_else(|e| e.into_inner()) = nodes.to_vec();
+        self.nodes.store(Arc::new(nodes.to_vec()));
     }
 
     fn pick(&self, key: &[u8]) -> Option<Pick> {
-        let nodes = self.nodes.read().unwrap_or_else(|e| e.into_inner());
-        nodes
+        self.nodes
+            .load()
             .iter()
             .map(|n| (score(key, n), n))
             .max_by(|a, b| a.0.total_cmp(&b.0))

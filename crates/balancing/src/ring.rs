@@ -5,7 +5,9 @@
 //! average while keys still move as little as the plain ring allows.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 
 use crate::hash::hash_key;
 use crate::load::{InFlight, LoadTracker};
@@ -24,7 +26,7 @@ pub struct ConsistentHash {
     bound: Option<f64>,
     tracker: LoadTracker,
     /// Swapped whole on a membership change: a pick never sees half a ring.
-    ring: RwLock<Arc<Ring>>,
+    ring: ArcSwap<Ring>,
 }
 
 #[derive(Debug, Default)]
@@ -41,7 +43,7 @@ impl ConsistentHash {
             virtual_nodes: virtual_nodes.max(1),
             bound: None,
             tracker: LoadTracker::new(),
-            ring: RwLock::default(),
+            ring: ArcSwap::default(),
         }
     }
 
@@ -61,15 +63,7 @@ impl ConsistentHash {
 
     /// Number of points on the ring (for the benchmarks).
     pub fn points(&self) -> usize {
-        self.ring
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .points
-            .len()
-    }
-
-    fn current(&self) -> Arc<Ring> {
-        self.ring.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.ring.load().points.len()
     }
 }
 
@@ -99,11 +93,11 @@ impl Strategy for ConsistentHash {
                 .map(|n| (n.id.clone(), self.tracker.counter(&n.id)))
                 .collect(),
         };
-        *self.ring.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(ring);
+        self.ring.store(Arc::new(ring));
     }
 
     fn pick(&self, key: &[u8]) -> Option<Pick> {
-        let ring = self.current();
+        let ring = self.ring.load();
         if ring.points.is_empty() {
             return None;
         }

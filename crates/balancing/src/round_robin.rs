@@ -1,21 +1,25 @@
 //! Round-robin in strict order, kept strict across membership changes.
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 
 use crate::{Node, NodeId, Pick, Strategy};
 
 /// Round-robin in strict order, ignoring weights.
 #[derive(Debug, Default)]
 pub struct RoundRobin {
-    /// A std mutex: held for a few instructions, never across an await.
-    state: Mutex<State>,
+    /// Swapped whole on a membership change; a pick only bumps its counter.
+    rotation: ArcSwap<Rotation>,
 }
 
 #[derive(Debug, Default)]
-struct State {
+struct Rotation {
     nodes: Vec<NodeId>,
-    /// Index of the node the next pick returns.
-    next: usize,
+    /// Picks made from this rotation, offset by where it started: the next
+    /// pick is `nodes[next % len]`.
+    next: AtomicUsize,
 }
 
 impl RoundRobin {
@@ -32,26 +36,31 @@ impl Strategy for RoundRobin {
 
     /// The cycle resumes at the first surviving node at or after the one
     /// that was due next, so no node is skipped or served twice in a row
-    /// because another left or joined.
+    /// because another left or joined. (A pick racing the change may still
+    /// be served from the old rotation: at most one extra turn, once.)
     fn set_nodes(&self, nodes: &[Node]) {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let old = self.rotation.load();
         let new: Vec<NodeId> = nodes.iter().map(|n| n.id.clone()).collect();
-        let len = state.nodes.len();
+        let len = old.nodes.len();
+        let due = old.next.load(Ordering::Relaxed);
         let resume = (0..len)
-            .map(|i| &state.nodes[(state.next + i) % len])
-            .find_map(|due| new.iter().position(|n| n == due))
+            .map(|i| &old.nodes[(due + i) % len])
+            .find_map(|node| new.iter().position(|n| n == node))
             .unwrap_or(0);
-        state.nodes = new;
-        state.next = resume;
+        self.rotation.store(Arc::new(Rotation {
+            nodes: new,
+            next: AtomicUsize::new(resume),
+        }));
     }
 
     fn pick(&self, _key: &[u8]) -> Option<Pick> {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if state.nodes.is_empty() {
+        let rotation = self.rotation.load();
+        if rotation.nodes.is_empty() {
             return None;
         }
-        let node = state.nodes[state.next % state.nodes.len()].clone();
-        state.next = (state.next + 1) % state.nodes.len();
-        Some(Pick::plain(node))
+        let turn = rotation.next.fetch_add(1, Ordering::Relaxed);
+        Some(Pick::plain(
+            rotation.nodes[turn % rotation.nodes.len()].clone(),
+        ))
     }
 }

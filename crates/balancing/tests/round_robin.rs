@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use balancing::{Node, RoundRobin, SmoothWeighted, Strategy};
+use balancing::{Node, RoundRobin, SmoothWeighted, Strategy, MAX_CYCLE, MAX_WEIGHT};
 use proptest::prelude::*;
 
 fn nodes(ids: &[&str]) -> Vec<Node> {
@@ -90,6 +90,68 @@ fn smooth_weighted_keeps_exact_proportions_over_whole_cycles() {
         for (id, w) in weights {
             assert_eq!(counts[id], w as usize * cycles, "{counts:?}");
         }
+    }
+}
+
+#[test]
+fn round_robin_shared_by_threads_gives_every_node_its_exact_share() {
+    let rr = RoundRobin::new();
+    rr.set_nodes(&nodes(&["a", "b", "c", "d"]));
+    let counts: Vec<HashMap<String, usize>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..8)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut counts = HashMap::new();
+                    for node in picks(&rr, 1000) {
+                        *counts.entry(node).or_insert(0) += 1;
+                    }
+                    counts
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    for id in ["a", "b", "c", "d"] {
+        let total: usize = counts.iter().map(|c| c.get(id).copied().unwrap_or(0)).sum();
+        assert_eq!(total, 2000, "{id}: {counts:?}");
+    }
+}
+
+#[test]
+fn smooth_weighted_reduces_weights_by_their_common_divisor() {
+    let wrr = SmoothWeighted::new();
+    wrr.set_nodes(&[
+        Node::new("a", 500).unwrap(),
+        Node::new("b", 100).unwrap(),
+        Node::new("c", 100).unwrap(),
+    ]);
+    assert_eq!(wrr.cycle_len(), 7);
+    assert_eq!(picks(&wrr, 7), ["a", "a", "b", "a", "c", "a", "a"]);
+}
+
+#[test]
+fn smooth_weighted_heavy_sets_keep_each_share_within_one_turn_per_cycle() {
+    let weights: Vec<u32> = (0..40).map(|i| MAX_WEIGHT - i * 37).collect();
+    let wrr = SmoothWeighted::new();
+    wrr.set_nodes(
+        &weights
+            .iter()
+            .enumerate()
+            .map(|(i, w)| Node::new(&format!("n{i}"), *w).unwrap())
+            .collect::<Vec<_>>(),
+    );
+    let cycle = wrr.cycle_len();
+    assert!(cycle <= MAX_CYCLE, "cycle of {cycle}");
+    let seen = picks(&wrr, cycle);
+    let total: u64 = weights.iter().map(|w| u64::from(*w)).sum();
+    for (i, w) in weights.iter().enumerate() {
+        let id = format!("n{i}");
+        let got = seen.iter().filter(|s| **s == id).count() as f64;
+        let want = cycle as f64 * f64::from(*w) / total as f64;
+        assert!(
+            (got - want).abs() <= 1.0 + want * 1e-3,
+            "{id}: {got} turns, share {want:.1}"
+        );
     }
 }
 

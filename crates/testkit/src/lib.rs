@@ -1,7 +1,10 @@
 //! Shared by the tests and benchmarks of every crate of the workspace (a
 //! dev-dependency only): where Redis and the test database are, the test
 //! database created and migrated once per process, a reference node started
-//! in-process on an ephemeral port, and the node's answer read.
+//! in-process on an ephemeral port, the node's answer read, and the
+//! checking client that judges a balancer's every answer ([`checker`]).
+
+pub mod checker;
 
 use std::sync::Arc;
 
@@ -70,6 +73,15 @@ pub async fn spawn_node(name: &str, clean_all: bool) -> SpawnedNode {
         std::future::pending(),
     ));
     SpawnedNode { address, node }
+}
+
+/// Deals `sessions` out to `workers` (each session to one worker, so its
+/// presses are sequential and each answer can be judged).
+pub fn deal(sessions: &[String], workers: usize) -> Vec<Vec<String>> {
+    sessions
+        .chunks(sessions.len().div_ceil(workers.max(1)).max(1))
+        .map(|c| c.to_vec())
+        .collect()
 }
 
 /// The count in a node's (or the balancer's) `You clicked N times`.

@@ -1,5 +1,6 @@
-//! The judge of the fault suite: clients that know every session's true
-//! count (presses sent) and check every answer against it.
+//! The judge of the fault suite (and of any load that must count right):
+//! clients that know every session's true count (presses sent) and check
+//! every answer of a balancer against it.
 //!
 //! Each session belongs to one worker, so its presses are sequential and
 //! every answer can be judged: above the truth (never allowed), a repeat or
@@ -21,7 +22,6 @@ pub struct Answer {
     pub session: String,
     /// The press's number for its session (its true count if counted).
     pub truth: i64,
-    #[allow(dead_code)] // shown by `Debug` when an assertion names the answer
     pub status: u16,
     /// `code` of an error answer, or "transport" when there was no answer.
     pub code: Option<String>,
@@ -41,7 +41,6 @@ pub struct Report {
     /// press each once the load stopped.
     pub lost: i64,
     pub answers: Vec<Answer>,
-    #[allow(dead_code)] // shown by `Debug` when an assertion prints the report
     pub sessions: usize,
     pub duration: Duration,
 }
@@ -152,7 +151,7 @@ async fn press(
         .map(str::to_owned);
     let body = response.text().await.unwrap_or_default();
     if status == 200 {
-        let clicks = testkit::parse_clicks(&body);
+        let clicks = crate::parse_clicks(&body);
         (status, None, clicks, served_by)
     } else {
         let code = serde_json::from_str::<serde_json::Value>(&body)
@@ -179,7 +178,7 @@ pub async fn run(
         .unwrap();
     let started = Instant::now();
     let deadline = started + duration;
-    let chunks = crate::common::deal(sessions, workers);
+    let chunks = crate::deal(sessions, workers);
     let tasks: Vec<_> = chunks
         .into_iter()
         .enumerate()

@@ -3,18 +3,15 @@
 //!
 //! The lock lives [`LOCK_TTL_MS`] and is renewed while its holder works, so
 //! it outlives any clean yet frees itself soon after a holder that died.
-//! Work done under it runs in a task of its own ([`detached`]): a client that
-//! hangs up cannot cancel it halfway and leave a fence raised or the lock held.
+//! Callers run such work in a task of its own (`lifecycle::detached`), so a
+//! client that hangs up cannot cancel it halfway and leave the lock held.
 
 use std::future::Future;
-use std::sync::LazyLock;
 use std::time::Duration;
-
-use tokio_util::task::TaskTracker;
 
 use tracing::warn;
 
-use crate::store::{SessionStore, StoreError};
+use super::{SessionStore, StoreError};
 
 /// How long an operation waits for another one on the same node.
 pub const LOCK_WAIT: Duration = Duration::from_secs(15);
@@ -111,7 +108,7 @@ pub async fn with_lock<T, E: From<StoreError>>(
 /// may come back from its AOF with it): the node's cleans, and with them
 /// every press of its sessions that expired meanwhile, would wait for it.
 fn release_later(store: SessionStore, lock: String, token: String) {
-    spawn_tracked(async move {
+    tokio::spawn(async move {
         let give_up = tokio::time::Instant::now() + Duration::from_millis(LOCK_TTL_MS);
         while tokio::time::Instant::now() < give_up {
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -120,61 +117,4 @@ fn release_later(store: SessionStore, lock: String, token: String) {
             }
         }
     });
-}
-
-/// Work started with [`detached`] that has not finished yet: shutdown waits
-/// for it (within its grace period), so a stopping replica does not leave a
-/// fence raised halfway through a clean.
-static IN_FLIGHT: LazyLock<TaskTracker> = LazyLock::new(TaskTracker::new);
-
-/// Waits (at most `limit`) until no detached work is running.
-pub async fn wait_for_detached(limit: Duration) -> bool {
-    IN_FLIGHT.close();
-    let done = tokio::time::timeout(limit, IN_FLIGHT.wait()).await.is_ok();
-    IN_FLIGHT.reopen();
-    done
-}
-
-/// [`detached`] work under the node's lock: the one shape of every admin
-/// operation and clean (`busy` when the lock is not had within `wait`).
-pub async fn detached_under_node_lock<T, E, Fut>(
-    store: SessionStore,
-    addr: String,
-    wait: Duration,
-    busy: impl FnOnce() -> E + Send + 'static,
-    panicked: impl FnOnce(String) -> E,
-    op: impl FnOnce(NodeLock) -> Fut + Send + 'static,
-) -> Result<T, E>
-where
-    T: Send + 'static,
-    E: From<StoreError> + Send + 'static,
-    Fut: Future<Output = Result<T, E>> + Send + 'static,
-{
-    detached(
-        async move { with_node_lock(&store, &addr, wait, busy, op).await },
-        panicked,
-    )
-    .await
-}
-
-/// Starts `work` in a task of its own that shutdown waits for, without
-/// waiting for it here.
-pub fn spawn_tracked(work: impl Future<Output = ()> + Send + 'static) {
-    IN_FLIGHT.spawn(work);
-}
-
-/// Runs `work` to completion in a task of its own and waits for it. If the
-/// caller is dropped (a client hung up), the work goes on regardless.
-pub async fn detached<T, E>(
-    work: impl Future<Output = Result<T, E>> + Send + 'static,
-    panicked: impl FnOnce(String) -> E,
-) -> Result<T, E>
-where
-    T: Send + 'static,
-    E: Send + 'static,
-{
-    match IN_FLIGHT.spawn(work).await {
-        Ok(result) => result,
-        Err(error) => Err(panicked(error.to_string())),
-    }
 }
