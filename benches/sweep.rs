@@ -52,10 +52,9 @@ async fn main() {
     tokio::spawn(app.run_until_stopped(std::future::pending()));
 
     let mut nodes = Vec::new();
-    for i in 0..3 {
-        let addr = testkit::spawn_node(&format!("b{i}"), false).await.address;
-        ctx.admin.add(&addr, None, None).await.unwrap();
-        nodes.push(addr);
+    for node in testkit::spawn_cluster("b", 3, false).await {
+        ctx.admin.add(&node.address, None, None).await.unwrap();
+        nodes.push(node.address);
     }
 
     let client = redis::Client::open(redis_url.as_str()).unwrap();

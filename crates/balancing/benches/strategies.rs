@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use std::hint::black_box;
 
 use balancing::{
-    build, ConsistentHash, LoadTracker, Maglev, Node, Rendezvous, Strategy, StrategyKind,
+    build, ConsistentHash, LoadTracker, Maglev, Node, Rendezvous, SmoothWeighted, Strategy,
+    StrategyKind, MAX_WEIGHT,
 };
 use criterion::{BenchmarkId, Criterion};
 
@@ -168,6 +169,14 @@ fn bench_builds(c: &mut Criterion) {
         });
         group.bench_with_input(BenchmarkId::new("ring-150", n), &set, |b, set| {
             b.iter(|| ConsistentHash::new(150).set_nodes(black_box(set)))
+        });
+        // The worst cycle: weights that share no divisor, sum capped at
+        // MAX_CYCLE turns, each turn a pass over the nodes.
+        let heavy: Vec<Node> = (0..n)
+            .map(|i| Node::new(&format!("n{i}"), MAX_WEIGHT - i as u32 % 7).unwrap())
+            .collect();
+        group.bench_with_input(BenchmarkId::new("wrr-heaviest", n), &heavy, |b, set| {
+            b.iter(|| SmoothWeighted::new().set_nodes(black_box(set)))
         });
     }
     group.finish();

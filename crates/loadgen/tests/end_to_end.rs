@@ -9,8 +9,12 @@ use loadgen::agents::{self, AgentsOptions};
 use loadgen::plot::PNG_SIZE;
 use nodes_control::{Application, Config};
 
-async fn start_node(name: &str) -> String {
-    testkit::spawn_node(name, false).await.address
+async fn start_nodes(prefix: &str, n: usize) -> Vec<String> {
+    testkit::spawn_cluster(prefix, n, false)
+        .await
+        .into_iter()
+        .map(|node| node.address)
+        .collect()
 }
 
 async fn start_balancer(strategy: StrategyKind, nodes: &[String]) -> String {
@@ -53,11 +57,7 @@ fn assert_png(path: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agents_through_rr_is_even_and_through_ch_fully_sticky_with_charts() {
-    let nodes = vec![
-        start_node("n1").await,
-        start_node("n2").await,
-        start_node("n3").await,
-    ];
+    let nodes = start_nodes("n", 3).await;
     let out = std::env::temp_dir().join(format!("loadgen-e2e-{}", uuid::Uuid::new_v4().simple()));
 
     let rr = start_balancer(StrategyKind::RoundRobin, &nodes).await;
@@ -136,7 +136,7 @@ async fn an_unreachable_balancer_is_reported_and_the_run_still_writes_its_files(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_scenario_checks_counts_and_stickiness() {
-    let nodes = vec![start_node("s1").await, start_node("s2").await];
+    let nodes = start_nodes("s", 2).await;
     let url = start_balancer(StrategyKind::RoundRobin, &nodes).await;
     let out = std::env::temp_dir().join(format!(
         "loadgen-sessions-{}",

@@ -75,6 +75,15 @@ pub async fn spawn_node(name: &str, clean_all: bool) -> SpawnedNode {
     SpawnedNode { address, node }
 }
 
+/// `n` reference nodes named `{prefix}1` .. `{prefix}n` (see [`spawn_node`]).
+pub async fn spawn_cluster(prefix: &str, n: usize, clean_all: bool) -> Vec<SpawnedNode> {
+    let mut nodes = Vec::with_capacity(n);
+    for i in 1..=n {
+        nodes.push(spawn_node(&format!("{prefix}{i}"), clean_all).await);
+    }
+    nodes
+}
+
 /// Deals `sessions` out to `workers` (each session to one worker, so its
 /// presses are sequential and each answer can be judged).
 pub fn deal(sessions: &[String], workers: usize) -> Vec<Vec<String>> {
