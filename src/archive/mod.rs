@@ -150,7 +150,11 @@ impl Archive {
                 tracing::warn!(%error, "could not create the database; migrations will say why");
             }
         }
-        sqlx::migrate!("./migrations").run(&self.pool).await
+        // Migrations only add: a replica of the previous release (in a
+        // rolling upgrade) starts against a schema a newer one migrated.
+        let mut migrator = sqlx::migrate!("./migrations");
+        migrator.set_ignore_missing(true);
+        migrator.run(&self.pool).await
     }
 
     pub async fn ping(&self) -> ArchiveResult<()> {

@@ -4,8 +4,10 @@
 //! forgot). A node that carries the token stamps its rows with it and never
 //! overwrites a row stamped with a newer one; the fold drops whatever a
 //! revoked token wrote. A token is revoked when its clean did not end in OK,
-//! and every token of a node is revoked before its sessions leave it after a
-//! failure: whatever the node archives late can no longer be counted.
+//! and every token of a node that did not complete is revoked before its
+//! sessions leave it after a failure: whatever the node archives late can no
+//! longer be counted. A completed token (its clean ended in OK) is never
+//! revoked: what it wrote is folded when each session comes back.
 
 use super::{Archive, ArchiveResult};
 
@@ -37,8 +39,24 @@ impl Archive {
         .await
     }
 
-    /// A node failed: revokes every token it was ever given and records it
-    /// down, in one transaction. Only after this may its sessions move.
+    /// A clean ended in OK: what its token wrote stands for good (one row
+    /// updated, however many sessions the clean archived).
+    pub async fn complete_token(&self, generation: i64) -> ArchiveResult<()> {
+        self.run("completing a clean token in Postgres", async {
+            sqlx::query(
+                "UPDATE clean_tokens SET completed = true WHERE generation = $1 AND NOT revoked",
+            )
+            .bind(generation)
+            .execute(self.pool())
+            .await
+            .map(drop)
+        })
+        .await
+    }
+
+    /// A node failed: revokes every token it was given whose clean did not
+    /// complete, and records it down, in one transaction. Only after this
+    /// may its sessions move.
     pub async fn fence_failed_node(&self, node: &str) -> ArchiveResult<u64> {
         self.run(
             "fencing a failed node's archive writes in Postgres",
@@ -46,7 +64,7 @@ impl Archive {
                 let mut tx = self.pool().begin().await?;
                 let revoked = sqlx::query(
                     "UPDATE clean_tokens SET revoked = true
-                 WHERE cluster = $1 AND node = $2 AND NOT revoked",
+                 WHERE cluster = $1 AND node = $2 AND NOT revoked AND NOT completed",
                 )
                 .bind(self.cluster())
                 .bind(node)

@@ -393,14 +393,30 @@ impl NodeCleaner {
         }
     }
 
-    /// Fold what the node archived, then unmap the leaving sessions and
+    /// Settle what the node archived, then unmap the leaving sessions and
     /// re-base the live ones the node forgot too.
+    ///
+    /// A node that archived only the leaving sessions needs no fold now:
+    /// their rows stand as written, under a token marked completed (one row
+    /// updated), and each is folded when its session comes back, since
+    /// placement folds first. A node that forgot everything is folded at
+    /// once: its live sessions are re-based on their totals, and the node
+    /// will archive them again from zero.
     async fn fold_and_apply(
         &self,
         addr: &str,
         journal: &Journal,
         outcome: CleanOutcome,
     ) -> Result<CleanReport, CleanError> {
+        if let (CleanOutcome::Only(_), Some(generation)) = (&outcome, journal.generation) {
+            self.archive.complete_token(generation).await?;
+            let unmapped = self.store.apply_clean(addr, &journal.leaving, &[]).await?;
+            return Ok(CleanReport {
+                unmapped,
+                archived: true,
+                ..CleanReport::default()
+            });
+        }
         let (folded_ids, cleaned_all) = match outcome {
             CleanOutcome::Only(_) => (journal.leaving.clone(), false),
             CleanOutcome::All => (self.store.node_sessions(addr).await?, true),

@@ -407,3 +407,39 @@ async fn an_expiry_clean_takes_the_sessions_about_to_expire_and_leaves_younger_o
     );
     assert_eq!(app.press(&young).await.clicks(), 2);
 }
+
+#[tokio::test]
+async fn an_expired_session_keeps_its_archive_when_its_node_fails_after_the_clean() {
+    let app = spawn_app_with(common::test_config()).await;
+    let nodes = start_nodes(&app, 1, false).await;
+    let s = unique("kept");
+    for _ in 0..3 {
+        app.press(&s).await;
+    }
+    app.time
+        .advance(Duration::from_secs(app.config.session_ttl_secs + 1));
+    let report = app
+        .sweeper
+        .sweep_once(app.sweeper.clock().now_ms())
+        .await
+        .unwrap();
+    assert_eq!(report.unmapped, 1, "{report:?}");
+    let tokens: Vec<(bool, bool)> = sqlx::query_as(
+        "SELECT completed, revoked FROM clean_tokens WHERE cluster = $1 AND node = $2",
+    )
+    .bind(&app.config.redis_key_prefix)
+    .bind(&nodes[0].address)
+    .fetch_all(app.ctx.archive.pool())
+    .await
+    .unwrap();
+    assert_eq!(tokens, [(true, false)], "the clean completed its token");
+    // The node fails afterwards: failing it over revokes what it may still
+    // write, not what its completed clean archived.
+    app.ctx
+        .archive
+        .fence_failed_node(&nodes[0].address)
+        .await
+        .unwrap();
+    assert_eq!(app.ctx.archive.total(&s).await.unwrap(), Some(3));
+    assert_eq!(app.press(&s).await.clicks(), 4, "restored from its 3");
+}
