@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Stops what scripts/up.sh started.
+# Stops what scripts/up.sh started (RUN_DIR as there, default .run).
 set -u
 cd "$(dirname "$0")/.."
-for pid in .run/*.pid; do
+run=${RUN_DIR:-.run}
+for pid in "$run"/*.pid; do
     [ -e "$pid" ] || continue
     kill "$(cat "$pid")" 2>/dev/null || true
     rm -f "$pid"

@@ -99,6 +99,10 @@ pub struct Config {
     /// last contact with the fence channel (0 turns the cache off).
     #[arg(long, env = "LEASE_MS", default_value_t = DEFAULT_LEASE_MS)]
     pub lease_ms: u64,
+    /// Create the database `DATABASE_URL` names if it does not exist (the
+    /// development stack); otherwise a missing database stops the start.
+    #[arg(long, env = "CREATE_DATABASE", default_value_t = false)]
+    pub create_database: bool,
     /// Serve `GET /metrics` only with the admin token.
     #[arg(long, env = "METRICS_REQUIRE_TOKEN", default_value_t = false)]
     pub metrics_require_token: bool,
@@ -183,6 +187,7 @@ impl Config {
             health_rise: 3,
             health_fall: 2,
             metrics_require_token: false,
+            create_database: false,
             lease_ms: DEFAULT_LEASE_MS,
             header_read_timeout_ms: 10_000,
             body_read_timeout_ms: 10_000,

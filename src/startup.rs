@@ -76,8 +76,9 @@ impl Application {
             &config.redis_key_prefix,
             config.archive_timeout(),
         )?;
+        Archive::prepare_database(&config.database_url, config.create_database).await?;
         archive
-            .migrate(&config.database_url)
+            .migrate()
             .await
             .context("applying migrations to DATABASE_URL (is Postgres up?)")?;
         let extra_roots = match &config.node_ca_file {

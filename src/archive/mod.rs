@@ -138,18 +138,36 @@ impl Archive {
         }
     }
 
-    /// Creates the database if it does not exist (like `sqlx database
-    /// create`), then applies `migrations/` (the folder `sqlx migrate run` uses).
-    pub async fn migrate(&self, database_url: &str) -> Result<(), sqlx::migrate::MigrateError> {
+    /// Makes sure the database `database_url` names exists, creating it
+    /// (like `sqlx database create`) only when `create` says so: a typo in
+    /// `DATABASE_URL` must not quietly start an empty archive. If Postgres
+    /// does not answer, the migrations that follow say so.
+    pub async fn prepare_database(database_url: &str, create: bool) -> Result<(), MissingDatabase> {
         use sqlx::migrate::MigrateDatabase;
-        if !sqlx::Postgres::database_exists(database_url)
+        if sqlx::Postgres::database_exists(database_url)
             .await
             .unwrap_or(true)
         {
-            if let Err(error) = sqlx::Postgres::create_database(database_url).await {
-                tracing::warn!(%error, "could not create the database; migrations will say why");
-            }
+            return Ok(());
         }
+        let name = url::Url::parse(database_url)
+            .map(|url| url.path().trim_start_matches('/').to_owned())
+            .unwrap_or_default();
+        if !create {
+            return Err(MissingDatabase { name, error: None });
+        }
+        sqlx::Postgres::create_database(database_url)
+            .await
+            .map_err(|error| MissingDatabase {
+                name: name.clone(),
+                error: Some(error.to_string()),
+            })?;
+        tracing::info!(database = %name, "created the database (CREATE_DATABASE=true)");
+        Ok(())
+    }
+
+    /// Applies `migrations/` (the folder `sqlx migrate run` uses).
+    pub async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
         // Migrations only add: a replica of the previous release (in a
         // rolling upgrade) starts against a schema a newer one migrated.
         let mut migrator = sqlx::migrate!("./migrations");
@@ -249,6 +267,15 @@ impl Archive {
         })
         .await
     }
+}
+
+/// `DATABASE_URL` names a database that does not exist (and was not, or
+/// could not be, created).
+#[derive(Debug, thiserror::Error)]
+#[error("the database {name:?} of DATABASE_URL does not exist{}: create it (`createdb {name}` or `sqlx database create`), or set CREATE_DATABASE=true to let nodes-control create it", .error.as_ref().map(|e| format!(" and could not be created ({e})")).unwrap_or_default())]
+pub struct MissingDatabase {
+    pub name: String,
+    pub error: Option<String>,
 }
 
 /// Errors that say Postgres is unreachable rather than that a query was wrong.

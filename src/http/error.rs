@@ -21,6 +21,8 @@ pub enum ApiError {
     Unauthorized,
     #[error("{0}")]
     NotFound(String),
+    #[error("this endpoint does not answer that method (see the Allow header)")]
+    MethodNotAllowed,
     #[error("{message}")]
     Conflict { code: &'static str, message: String },
     #[error("the request body is larger than {0} bytes")]
@@ -57,6 +59,7 @@ impl ApiError {
             ApiError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::UnsupportedMediaType => {

@@ -73,6 +73,7 @@ pub fn router(ctx: ApiContext) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(axum::middleware::from_fn_with_state(ctx.clone(), deadline))
         .layer(axum::middleware::from_fn(no_transfer_encoding))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -7,11 +7,79 @@ use serde_json::json;
 
 use super::extract::JsonBody;
 use super::{ApiContext, ApiError, Services};
-use crate::session::{Pressed, SessionId};
+use crate::session::{Pressed, SessionId, SessionIdError};
 
 #[derive(Deserialize)]
 pub struct PressRequest {
-    pub session_id: String,
+    #[serde(default)]
+    pub session_id: IdField,
+}
+
+/// `session_id` as sent. A missing id or one that is not a string is an
+/// invalid id (400 `invalid_session_id`), not malformed JSON.
+#[derive(Debug, Default)]
+pub enum IdField {
+    #[default]
+    Missing,
+    Text(String),
+    NotText,
+}
+
+impl<'de> Deserialize<'de> for IdField {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(IdFieldVisitor)
+    }
+}
+
+struct IdFieldVisitor;
+
+impl<'de> serde::de::Visitor<'de> for IdFieldVisitor {
+    type Value = IdField;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a session id")
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<IdField, E> {
+        Ok(IdField::Text(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<IdField, E> {
+        Ok(IdField::Text(v))
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<IdField, E> {
+        Ok(IdField::NotText)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<IdField, E> {
+        Ok(IdField::NotText)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<IdField, E> {
+        Ok(IdField::NotText)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<IdField, E> {
+        Ok(IdField::NotText)
+    }
+
+    fn visit_unit<E>(self) -> Result<IdField, E> {
+        Ok(IdField::NotText)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<IdField, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(IdField::NotText)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<IdField, A::Error> {
+        while map
+            .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+            .is_some()
+        {}
+        Ok(IdField::NotText)
+    }
 }
 
 /// The press metrics, registered once: the macros look a metric up by name
@@ -64,8 +132,12 @@ impl Answer {
 
 /// One press of the session named in `body`, counted in the metrics. Both
 /// listeners' paths (the front's and the router's) come here.
-pub async fn press_session(ctx: &Services, session_id: String) -> Result<Answer, ApiError> {
-    let id = SessionId::parse(session_id)?;
+pub async fn press_session(ctx: &Services, session_id: IdField) -> Result<Answer, ApiError> {
+    let id = match session_id {
+        IdField::Text(id) => SessionId::parse(id)?,
+        IdField::Missing => return Err(SessionIdError::Missing.into()),
+        IdField::NotText => return Err(SessionIdError::NotAString.into()),
+    };
     let started = std::time::Instant::now();
     let result = ctx.sessions.press(&id).await;
     ctx.press_metrics

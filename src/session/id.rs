@@ -13,6 +13,10 @@ pub struct SessionId(String);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SessionIdError {
+    #[error("session_id is missing")]
+    Missing,
+    #[error("session_id must be a string")]
+    NotAString,
     #[error("session_id must not be empty")]
     Empty,
     #[error("session_id must be at most {MAX_SESSION_ID_BYTES} bytes")]

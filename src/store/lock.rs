@@ -9,6 +9,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use tokio_util::task::AbortOnDropHandle;
 use tracing::warn;
 
 use super::{SessionStore, StoreError};
@@ -78,7 +79,9 @@ pub async fn with_lock<T, E: From<StoreError>>(
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
-    let renewal = tokio::spawn({
+    // Stopped on drop, so an `op` that panics (or is cancelled) does not
+    // leave the lock renewed for ever: it then frees within its TTL.
+    let renewal = AbortOnDropHandle::new(tokio::spawn({
         let (store, lock, token) = (store.clone(), lock.clone(), token.clone());
         async move {
             loop {
@@ -93,9 +96,9 @@ pub async fn with_lock<T, E: From<StoreError>>(
                 }
             }
         }
-    });
+    }));
     let result = op.await;
-    renewal.abort();
+    drop(renewal);
     if let Err(error) = store.unlock(&lock, &token).await {
         warn!(%lock, %error, "could not release the lock; retrying until Redis answers");
         release_later(store.clone(), lock, token);

@@ -17,6 +17,7 @@ mod lifecycle;
 mod press;
 mod routing;
 mod shutdown;
+mod stack;
 mod startup;
 mod store;
 mod tls;

@@ -3,10 +3,7 @@
 
 use crate::common;
 
-use std::time::Duration;
-
 use common::{spawn_app_with, test_config, unique, TcpProxy, TestNode};
-use sqlx::migrate::MigrateDatabase;
 
 #[tokio::test]
 async fn a_malformed_address_in_nodes_stops_the_start_with_its_name() {
@@ -18,19 +15,6 @@ async fn a_malformed_address_in_nodes_stops_the_start_with_its_name() {
         .err()
         .expect("refused");
     assert!(format!("{error:#}").contains("node1:8080"), "{error:#}");
-}
-
-#[tokio::test]
-async fn the_balancer_creates_its_database_when_it_is_missing() {
-    let name = unique("nc_fresh").replace('-', "_");
-    let url = format!("postgres://postgres@127.0.0.1:5432/{name}");
-    let mut config = test_config();
-    config.database_url = url.clone();
-    let app = spawn_app_with(config).await;
-    assert_eq!(app.readyz().await, 200);
-    drop(app);
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let _ = sqlx::Postgres::force_drop_database(&url).await;
 }
 
 #[tokio::test]

@@ -17,7 +17,7 @@ pub fn free_port() -> u16 {
 
 /// `target/<profile>/click-node`, which `cargo test --workspace` builds
 /// (the click-node package has integration tests, so its binary is built).
-fn click_node_binary() -> PathBuf {
+pub fn click_node_binary() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().unwrap().parent().unwrap();
     let binary = dir.join("click-node");

@@ -1,0 +1,114 @@
+//! The stack without Docker (`make up` / `make down`: scripts/up.sh and
+//! scripts/down.sh), run for real on ports of its own.
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+
+use common::process::{click_node_binary, free_port};
+use common::{database_url, redis_url, unique, ADMIN_TOKEN};
+
+/// Three consecutive free ports after the returned base.
+fn free_node_base() -> u16 {
+    loop {
+        let base = free_port();
+        let free = (1..=3).all(|i| {
+            base.checked_add(i)
+                .is_some_and(|port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
+        });
+        if free {
+            return base;
+        }
+    }
+}
+
+struct Stack {
+    run: PathBuf,
+    balancer_port: u16,
+    node_base: u16,
+    prefix: String,
+}
+
+impl Stack {
+    fn new() -> Self {
+        Self {
+            run: std::env::temp_dir().join(unique("stack")),
+            balancer_port: free_port(),
+            node_base: free_node_base(),
+            prefix: format!("{}:", unique("stack")),
+        }
+    }
+
+    async fn script(&self, name: &str) -> std::process::Output {
+        let bin = click_node_binary();
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("scripts/{name}.sh"));
+        tokio::process::Command::new("bash")
+            .arg(script)
+            .env("RUN_DIR", &self.run)
+            .env("BALANCER_PORT", self.balancer_port.to_string())
+            .env("NODE_PORT_BASE", self.node_base.to_string())
+            .env("BIN_DIR", bin.parent().unwrap())
+            .env("SKIP_BUILD", "1")
+            .env("DATABASE_URL", database_url())
+            .env("REDIS_URL", redis_url())
+            .env("REDIS_KEY_PREFIX", &self.prefix)
+            .env("ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("MIN_DELAY_MS", "0")
+            .env("MAX_DELAY_MS", "0")
+            .output()
+            .await
+            .expect("bash runs")
+    }
+
+    async fn press(&self, session: &str) -> (u16, String) {
+        let response = reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{}/press", self.balancer_port))
+            .json(&serde_json::json!({ "session_id": session }))
+            .send()
+            .await
+            .expect("the balancer answers");
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+}
+
+fn stderr(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn make_up_twice_refuses_the_second_and_leaves_the_first_serving() {
+    common::ensure_database().await;
+    let stack = Stack::new();
+    let first = stack.script("up").await;
+    assert!(first.status.success(), "up failed: {}", stderr(&first));
+    let session = unique("stack");
+    assert_eq!(
+        stack.press(&session).await,
+        (200, "You clicked 1 times".into())
+    );
+
+    let second = stack.script("up").await;
+    assert!(!second.status.success(), "a second stack said it was up");
+    assert!(
+        stderr(&second).contains("already up"),
+        "{}",
+        stderr(&second)
+    );
+    // The first stack's pid files are intact and it still serves.
+    assert_eq!(
+        stack.press(&session).await,
+        (200, "You clicked 2 times".into())
+    );
+
+    let down = stack.script("down").await;
+    assert!(down.status.success(), "{}", stderr(&down));
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", stack.balancer_port)).is_ok() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "make down left the balancer running"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let _ = std::fs::remove_dir_all(&stack.run);
+}
