@@ -18,7 +18,12 @@ use crate::report::Report;
 
 #[derive(Debug, Clone)]
 pub struct CompareOptions {
+    /// Strategy names as `STRATEGY` takes them; all are checked before
+    /// anything starts.
     pub strategies: Vec<String>,
+    /// Redis key prefix of the balancers started here (one per strategy,
+    /// `{key_prefix}{strategy}:`); their keys are deleted when each stops.
+    pub key_prefix: String,
     /// Balancers already running, by strategy.
     pub urls: Vec<(String, String)>,
     /// Where the started balancers' nodes come from: this balancer's `GET /nodes`...
@@ -27,6 +32,9 @@ pub struct CompareOptions {
     /// ...or this list.
     pub nodes: Vec<String>,
     pub balancer_bin: Option<PathBuf>,
+    /// Extra environment of the started balancers (they inherit this
+    /// process's, `.env` included).
+    pub balancer_env: Vec<(String, String)>,
     pub agents: AgentsOptions,
 }
 
@@ -36,6 +44,11 @@ pub struct Comparison {
 }
 
 pub async fn run(opts: &CompareOptions) -> anyhow::Result<(Comparison, Vec<PathBuf>)> {
+    // A typo in the last name must not cost the runs before it: starting a
+    // balancer registers, and so wipes, the nodes.
+    for strategy in &opts.strategies {
+        strategy.parse::<balancing::StrategyKind>()?;
+    }
     let mut reports = Vec::new();
     let mut files = Vec::new();
     for strategy in &opts.strategies {
@@ -55,7 +68,7 @@ pub async fn run(opts: &CompareOptions) -> anyhow::Result<(Comparison, Vec<PathB
                 let balancer = Started::spawn(opts, strategy).await?;
                 agents.url = balancer.url.clone();
                 let outputs = agents::run(&agents).await;
-                drop(balancer);
+                balancer.stop().await;
                 outputs?
             }
         };
@@ -109,6 +122,7 @@ pub fn markdown(comparison: &Comparison) -> String {
 struct Started {
     child: tokio::process::Child,
     url: String,
+    key_prefix: String,
 }
 
 impl Started {
@@ -122,43 +136,84 @@ impl Started {
             .local_addr()?
             .port();
         let bin = balancer_bin(opts.balancer_bin.as_deref());
-        let child = tokio::process::Command::new(&bin)
-            .env("LISTEN_ADDR", format!("127.0.0.1:{port}"))
-            .env("STRATEGY", strategy)
-            .env("NODES", nodes.join(","))
-            .env(
-                "REDIS_KEY_PREFIX",
-                format!("loadgen-{}:", uuid::Uuid::new_v4().simple()),
-            )
-            .env(
-                "ADMIN_TOKEN",
-                opts.admin_token.clone().unwrap_or_else(|| "loadgen".into()),
-            )
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| {
-                format!(
-                    "starting the balancer {} (set --balancer-bin)",
-                    bin.display()
+        let key_prefix = format!("{}{strategy}:", opts.key_prefix);
+        let balancer = Self {
+            child: tokio::process::Command::new(&bin)
+                .env("LISTEN_ADDR", format!("127.0.0.1:{port}"))
+                .env("STRATEGY", strategy)
+                .env("NODES", nodes.join(","))
+                .env("REDIS_KEY_PREFIX", &key_prefix)
+                .env(
+                    "ADMIN_TOKEN",
+                    opts.admin_token.clone().unwrap_or_else(|| "loadgen".into()),
                 )
-            })?;
-        let url = format!("http://127.0.0.1:{port}");
+                .env("RUST_LOG", "warn")
+                .envs(opts.balancer_env.iter().map(|(k, v)| (k, v)))
+                .stdout(Stdio::null())
+                .kill_on_drop(true)
+                .spawn()
+                .with_context(|| {
+                    format!(
+                        "starting the balancer {} (set --balancer-bin)",
+                        bin.display()
+                    )
+                })?,
+            url: format!("http://127.0.0.1:{port}"),
+            key_prefix,
+        };
         let client = reqwest::Client::new();
         for _ in 0..100 {
             if client
-                .get(format!("{url}/readyz"))
+                .get(format!("{}/readyz", balancer.url))
                 .send()
                 .await
                 .is_ok_and(|r| r.status().is_success())
             {
-                return Ok(Self { child, url });
+                return Ok(balancer);
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        let url = balancer.url.clone();
+        balancer.stop().await;
         anyhow::bail!("the balancer started for {strategy} did not become ready at {url}")
     }
+
+    /// Stops the balancer and deletes the Redis keys it wrote (it shares
+    /// `REDIS_URL` with this process). A failure to delete is reported, not
+    /// fatal: the run's figures stand.
+    async fn stop(mut self) {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+        if let Err(error) = delete_keys(&self.key_prefix).await {
+            eprintln!(
+                "warning: could not delete the Redis keys {}*: {error:#}",
+                self.key_prefix
+            );
+        }
+    }
+}
+
+/// Deletes every Redis key under `prefix` (of the Redis in `REDIS_URL`).
+pub async fn delete_keys(prefix: &str) -> anyhow::Result<usize> {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let client = redis::Client::open(url.as_str())?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let mut keys: Vec<String> = Vec::new();
+    {
+        let mut scan = conn.clone();
+        let mut iter: redis::AsyncIter<String> =
+            redis::AsyncCommands::scan_match(&mut scan, format!("{prefix}*")).await?;
+        while let Some(key) = iter.next_item().await {
+            keys.push(key?);
+        }
+    }
+    for chunk in keys.chunks(1000) {
+        redis::cmd("UNLINK")
+            .arg(chunk)
+            .query_async::<()>(&mut conn)
+            .await?;
+    }
+    Ok(keys.len())
 }
 
 impl Drop for Started {

@@ -45,10 +45,13 @@ struct Common {
 struct AgentsArgs {
     #[command(flatten)]
     common: Common,
+    /// Requests to send in all.
     #[arg(long, env = "LOADGEN_REQUESTS", default_value_t = 2000)]
     requests: usize,
+    /// Distinct users (`user_id`s) the requests are spread over.
     #[arg(long, env = "LOADGEN_USERS", default_value_t = 200)]
     users: usize,
+    /// Requests in flight at once.
     #[arg(long, env = "LOADGEN_CONCURRENCY", default_value_t = 10)]
     concurrency: usize,
     /// Names the output files.
@@ -63,12 +66,16 @@ struct AgentsArgs {
 struct SessionsArgs {
     #[command(flatten)]
     common: Common,
+    /// Sessions to press.
     #[arg(long, default_value_t = 200)]
     sessions: usize,
+    /// Presses per session.
     #[arg(long, default_value_t = 20)]
     presses: usize,
+    /// Requests in flight at once.
     #[arg(long, default_value_t = 32)]
     concurrency: usize,
+    /// Names the output files.
     #[arg(long, default_value = "sessions")]
     label: String,
 }
@@ -77,8 +84,9 @@ struct SessionsArgs {
 struct CompareArgs {
     #[command(flatten)]
     common: Common,
-    /// Strategies to compare.
-    #[arg(long, value_delimiter = ',', default_value = "rr,ch,p2c")]
+    /// Strategies to compare, as STRATEGY takes them: rr, wrr, lc, ch,
+    /// maglev, hrw, key-hash, ip-hash, random, p2c.
+    #[arg(long, value_delimiter = ',', default_value = "rr,ch,p2c", value_parser = strategy_name)]
     strategies: Vec<String>,
     /// Balancers already running per strategy: rr=http://..,ch=http://..
     /// (others are started here with STRATEGY set).
@@ -87,19 +95,30 @@ struct CompareArgs {
     /// Nodes for started balancers (default: GET /nodes of --url).
     #[arg(long, value_delimiter = ',')]
     nodes: Vec<String>,
+    /// Admin token, to read the nodes from `GET /nodes` of --url.
     #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
     /// The nodes-control binary to start (default: beside loadgen, or PATH).
     #[arg(long, env = "NODES_CONTROL_BIN")]
     balancer_bin: Option<PathBuf>,
+    /// Requests to send in all.
     #[arg(long, default_value_t = 2000)]
     requests: usize,
+    /// Distinct users (`user_id`s) the requests are spread over.
     #[arg(long, default_value_t = 200)]
     users: usize,
+    /// Requests in flight at once.
     #[arg(long, default_value_t = 10)]
     concurrency: usize,
+    /// Seed of the shuffled user order.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+}
+
+/// A strategy name `STRATEGY` accepts, refused at parse time otherwise.
+fn strategy_name(name: &str) -> Result<String, balancing::UnknownStrategy> {
+    name.parse::<balancing::StrategyKind>()
+        .map(|_| name.trim().to_owned())
 }
 
 fn agents_options(
@@ -170,11 +189,13 @@ async fn main() -> ExitCode {
                 .collect();
             let opts = CompareOptions {
                 strategies: c.strategies,
+                key_prefix: format!("loadgen-{}-", uuid::Uuid::new_v4().simple()),
                 urls,
                 url: c.common.url.clone(),
                 admin_token: c.admin_token,
                 nodes: c.nodes,
                 balancer_bin: c.balancer_bin,
+                balancer_env: Vec::new(),
                 agents,
             };
             loadgen::compare::run(&opts)

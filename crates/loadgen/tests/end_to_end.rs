@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use balancing::StrategyKind;
 use loadgen::agents::{self, AgentsOptions};
+use loadgen::compare::{self, CompareOptions};
 use loadgen::plot::PNG_SIZE;
 use nodes_control::{Application, Config};
 
@@ -164,5 +165,89 @@ async fn sessions_scenario_checks_counts_and_stickiness() {
     );
     assert_eq!(report.stickiness, 1.0);
     assert_eq!(report.nodes.values().sum::<u64>(), 100);
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// `nodes-control` as `cargo test --workspace` builds it, beside this test.
+fn balancer_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let binary = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("nodes-control");
+    assert!(
+        binary.exists(),
+        "{} is missing: run `cargo build -p nodes-control` (cargo test --workspace builds it)",
+        binary.display()
+    );
+    binary
+}
+
+fn compare_options(strategies: &[&str], nodes: &[String], out_dir: &Path) -> CompareOptions {
+    CompareOptions {
+        strategies: strategies.iter().map(|s| s.to_string()).collect(),
+        key_prefix: format!("loadgen-test-{}-", uuid::Uuid::new_v4().simple()),
+        urls: Vec::new(),
+        url: "http://127.0.0.1:1".into(),
+        admin_token: None,
+        nodes: nodes.to_vec(),
+        balancer_bin: Some(balancer_binary()),
+        balancer_env: vec![("DATABASE_URL".into(), testkit::database_url())],
+        agents: AgentsOptions {
+            requests: 40,
+            users: 8,
+            ..options("", "", out_dir)
+        },
+    }
+}
+
+async fn press_node(node: &str, session: &str) -> String {
+    reqwest::Client::new()
+        .post(format!("{node}/press"))
+        .json(&serde_json::json!({ "session_id": session }))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn compare_refuses_an_unknown_strategy_before_touching_any_node() {
+    let nodes = start_nodes("u", 1).await;
+    assert_eq!(press_node(&nodes[0], "kept").await, "You clicked 1 times");
+    let out = std::env::temp_dir().join(format!("loadgen-bogus-{}", uuid::Uuid::new_v4().simple()));
+    let error = compare::run(&compare_options(&["rr", "bogus"], &nodes, &out))
+        .await
+        .expect_err("an unknown strategy is refused");
+    assert!(error.to_string().contains("bogus"), "{error}");
+    // No balancer registered the node (which would have wiped it).
+    assert_eq!(press_node(&nodes[0], "kept").await, "You clicked 2 times");
+    assert!(!out.exists(), "nothing was written");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compare_deletes_the_redis_keys_of_the_balancers_it_started() {
+    testkit::ensure_database().await;
+    let nodes = start_nodes("k", 2).await;
+    let out = std::env::temp_dir().join(format!("loadgen-keys-{}", uuid::Uuid::new_v4().simple()));
+    let opts = compare_options(&["rr", "p2c"], &nodes, &out);
+    let (comparison, _files) = compare::run(&opts).await.expect("the comparison runs");
+    assert_eq!(comparison.strategies.len(), 2);
+    assert!(comparison
+        .strategies
+        .iter()
+        .all(|r| r.requests == 40 && r.errors == 0));
+    let client = redis::Client::open(testkit::redis_url().as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}*", opts.key_prefix))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "{} keys left: {left:?}", left.len());
     let _ = std::fs::remove_dir_all(&out);
 }
