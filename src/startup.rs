@@ -162,7 +162,7 @@ impl Application {
             body_read_timeout: Duration::from_millis(config.body_read_timeout_ms.max(1)),
             request_timeout: Duration::from_millis(config.request_timeout_ms.max(1)),
             fences_followed: fences_followed.clone(),
-            metrics: crate::telemetry::metrics_handle(),
+            metrics: crate::telemetry::metrics_handle(config.health_check_interval()),
             press_metrics: http::PressMetrics::register(),
         });
         if let Err(error) = registry.refresh().await {

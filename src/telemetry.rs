@@ -2,8 +2,11 @@
 //! or JSON; metrics go to one process-wide Prometheus recorder.
 
 use std::sync::OnceLock;
+use std::time::Duration;
 
+use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_util::MetricKindMask;
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
@@ -21,11 +24,18 @@ pub fn init(format: LogFormat) {
 /// The Prometheus recorder, installed on first use. One per process: the
 /// `metrics` macros write to a global recorder, so several applications in
 /// one test process share it.
-pub fn metrics_handle() -> PrometheusHandle {
+///
+/// Per-node gauges are set for every node of the view at each health round;
+/// a gauge not set for `3 x health_interval` (at least 2 s) is dropped,
+/// so a removed node's series leave `/metrics` instead of firing a down
+/// alert for ever. Counters and histograms are never dropped.
+pub fn metrics_handle(health_interval: Duration) -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
+            let gauge_idle = (health_interval * 3).max(Duration::from_secs(2));
             let recorder = PrometheusBuilder::new()
+                .idle_timeout(MetricKindMask::GAUGE, Some(gauge_idle))
                 .set_buckets_for_metric(
                     Matcher::Suffix("duration_seconds".into()),
                     &[
@@ -39,7 +49,70 @@ pub fn metrics_handle() -> PrometheusHandle {
             // Fails only if another recorder was installed first; then ours
             // renders empty, which /metrics shows rather than crashing.
             let _ = metrics::set_global_recorder(recorder);
+            describe();
             handle
         })
         .clone()
+}
+
+/// `# HELP` and `# TYPE` for every family, and every unlabelled counter
+/// (and each outcome of the labelled ones) at 0 from the start, so a rate or
+/// an alert has a series before the first event.
+fn describe() {
+    let counters: &[(&'static str, &'static str)] = &[
+        (
+            "nodes_control_sessions_placed_total",
+            "New sessions placed on a node.",
+        ),
+        (
+            "nodes_control_failovers_total",
+            "Presses that moved their session off a failed node.",
+        ),
+        (
+            "nodes_control_nodes_marked_down_total",
+            "Times a node was declared down (by a press, a clean or the health checker).",
+        ),
+        (
+            "nodes_control_sessions_expired_total",
+            "Sessions archived and unmapped by the expiry sweep.",
+        ),
+        (
+            "nodes_control_sessions_failed_over_total",
+            "Sessions moved off failed nodes.",
+        ),
+        (
+            "nodes_control_registry_rebuilds_total",
+            "Rebuilds of the registry after Redis lost its data.",
+        ),
+    ];
+    for (name, help) in counters {
+        describe_counter!(*name, Unit::Count, *help);
+        metrics::counter!(*name).absolute(0);
+    }
+    describe_counter!(
+        "nodes_control_presses_total",
+        Unit::Count,
+        "Presses answered, by outcome (ok: counted and answered; error: answered with an error)."
+    );
+    for outcome in ["ok", "error"] {
+        metrics::counter!("nodes_control_presses_total", "outcome" => outcome).absolute(0);
+    }
+    describe_counter!(
+        "nodes_control_task_restarts_total",
+        Unit::Count,
+        "Restarts of a background task (health checks, fence watcher, sweep, ...) after it ended."
+    );
+    describe_histogram!(
+        "nodes_control_press_duration_seconds",
+        Unit::Seconds,
+        "Time to serve a press, from the parsed request to the node's answer."
+    );
+    describe_gauge!(
+        "nodes_control_node_healthy",
+        "1 if the node answered its last health probe (0 while it is down), by address and name."
+    );
+    describe_gauge!(
+        "nodes_control_node_in_flight",
+        "Presses in flight from this replica to the node, by address and name."
+    );
 }

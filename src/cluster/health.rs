@@ -59,26 +59,29 @@ impl HealthChecker {
     pub async fn check_once(&self) -> HealthReport {
         if let Err(error) = self.registry.refresh().await {
             warn!(%error, "health check could not refresh the node list");
+            // The view we have still stands: keep its gauges (by state)
+            // rather than let them lapse while Redis is away.
+            for entry in self.registry.table().all() {
+                set_node_gauges(&entry, entry.state() != NodeState::Down);
+            }
             return HealthReport::default();
         }
         let now = now_ms();
-        let entries: Vec<_> = self
-            .registry
-            .table()
-            .all()
-            .into_iter()
-            .filter(|e| {
+        let (entries, resting): (Vec<_>, Vec<_>) =
+            self.registry.table().all().into_iter().partition(|e| {
                 e.state() != NodeState::Down || e.next_probe_ms.load(Ordering::Acquire) <= now
-            })
-            .collect();
+            });
+        // Every node of the view has its gauges set every round (a gauge
+        // left alone long enough is dropped: that is how a removed node's
+        // series go); a down node waiting for its next probe is 0.
+        for entry in &resting {
+            set_node_gauges(entry, false);
+        }
         let probes = entries.iter().map(|e| self.client.health(&e.address));
         let results = futures::future::join_all(probes).await;
         let mut report = HealthReport::default();
         for (entry, result) in entries.iter().zip(results) {
-            let up = f64::from(u8::from(result.is_ok()));
-            metrics::gauge!("nodes_control_node_healthy", "node" => entry.name.clone()).set(up);
-            metrics::gauge!("nodes_control_node_in_flight", "node" => entry.name.clone())
-                .set(entry.in_flight() as f64);
+            set_node_gauges(entry, result.is_ok());
             match result {
                 Ok(health) => self.healthy(entry, &health, &mut report).await,
                 Err(error) => self.unhealthy(entry, &error.to_string(), &mut report).await,
@@ -157,4 +160,13 @@ impl HealthChecker {
         })
         .await
     }
+}
+
+fn set_node_gauges(entry: &NodeEntry, healthy: bool) {
+    let labels = [
+        ("address", entry.address.clone()),
+        ("name", entry.name.clone()),
+    ];
+    metrics::gauge!("nodes_control_node_healthy", &labels).set(f64::from(u8::from(healthy)));
+    metrics::gauge!("nodes_control_node_in_flight", &labels).set(entry.in_flight() as f64);
 }

@@ -1,0 +1,157 @@
+//! `GET /metrics` of a balancer process of its own (the recorder is global
+//! to a process, so these run the binary): every family described, counters
+//! present from the start, a removed node's series gone.
+
+use crate::common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::process::free_port;
+use common::{database_url, redis_url, unique, TestNode, ADMIN_TOKEN};
+
+struct Balancer {
+    child: Child,
+    url: String,
+    http: reqwest::Client,
+}
+
+impl Balancer {
+    async fn start() -> Self {
+        common::ensure_database().await;
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_nodes-control"))
+            .env("LISTEN_ADDR", format!("127.0.0.1:{port}"))
+            .env("DATABASE_URL", database_url())
+            .env("REDIS_URL", redis_url())
+            .env("REDIS_KEY_PREFIX", format!("{}:", unique("metrics")))
+            .env("ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("HEALTH_CHECK_INTERVAL_MS", "200")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the balancer starts");
+        let balancer = Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            http: reqwest::Client::new(),
+        };
+        for _ in 0..100 {
+            let ready = balancer
+                .http
+                .get(format!("{}/readyz", balancer.url))
+                .send()
+                .await;
+            if ready.is_ok_and(|r| r.status().is_success()) {
+                return balancer;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the balancer did not become ready");
+    }
+
+    async fn metrics(&self) -> String {
+        let response = self
+            .http
+            .get(format!("{}/metrics", self.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        response.text().await.unwrap()
+    }
+
+    async fn node(&self, action: &str, address: &str) {
+        let response = self
+            .http
+            .post(format!("{}/node", self.url))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&serde_json::json!({ "action": action, "address": address, "name": "m1" }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{action} {address}");
+    }
+}
+
+impl Drop for Balancer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn every_family_is_described_and_counters_are_there_before_their_first_event() {
+    let balancer = Balancer::start().await;
+    let text = balancer.metrics().await;
+    for family in [
+        "nodes_control_presses_total",
+        "nodes_control_sessions_placed_total",
+        "nodes_control_failovers_total",
+        "nodes_control_nodes_marked_down_total",
+        "nodes_control_sessions_expired_total",
+        "nodes_control_sessions_failed_over_total",
+        "nodes_control_registry_rebuilds_total",
+    ] {
+        assert!(
+            text.contains(&format!("# HELP {family} ")),
+            "no HELP for {family}:\n{text}"
+        );
+        assert!(
+            text.contains(&format!("# TYPE {family} counter")),
+            "no TYPE for {family}:\n{text}"
+        );
+    }
+    // Nothing happened yet, and every counter already says so.
+    assert!(
+        text.contains("nodes_control_sessions_placed_total 0\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("nodes_control_presses_total{outcome=\"ok\"} 0\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("nodes_control_presses_total{outcome=\"error\"} 0\n"),
+        "{text}"
+    );
+    // Every family printed has its HELP.
+    for line in text.lines().filter(|l| l.starts_with("# TYPE ")) {
+        let family = line.split_whitespace().nth(2).unwrap();
+        assert!(
+            text.contains(&format!("# HELP {family} ")),
+            "no HELP for {family}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_removed_node_leaves_the_metrics_and_a_node_is_labelled_by_address_and_name() {
+    let balancer = Balancer::start().await;
+    let node = TestNode::start("m1", false);
+    balancer.node("add", &node.address).await;
+    let series = format!(
+        "nodes_control_node_healthy{{address=\"{}\",name=\"m1\"}} 1",
+        node.address
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !balancer.metrics().await.contains(&series) {
+        assert!(tokio::time::Instant::now() < deadline, "never saw {series}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    balancer.node("remove", &node.address).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let text = balancer.metrics().await;
+        if !text.contains(&node.address) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the removed node's series stayed:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
