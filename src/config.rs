@@ -123,7 +123,12 @@ pub struct Config {
     /// Nodes registered at start-up, comma-separated (`http://n1:8081,http://n2:8081`).
     #[arg(long, env = "NODES", value_delimiter = ',', default_value = "")]
     pub nodes: Vec<String>,
-    /// Log output: `pretty` for people, `json` for collectors.
+    /// One log line per request (method, path, status, node, duration, the
+    /// session id hashed), at target `access`.
+    #[arg(long, env = "ACCESS_LOG", default_value_t = false)]
+    pub access_log: bool,
+    /// Log output: `pretty` for people (colours only on a terminal), `json`
+    /// for collectors.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Pretty)]
     pub log_format: LogFormat,
 }
@@ -202,6 +207,7 @@ impl Config {
             ch_load_factor: None,
             nodes: Vec::new(),
             log_format: LogFormat::Pretty,
+            access_log: false,
         }
     }
 

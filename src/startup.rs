@@ -154,6 +154,7 @@ impl Application {
         let ctx = ApiContext::new(Services {
             sessions,
             admin: admin.clone(),
+            access_log: config.access_log,
             router,
             store,
             archive,

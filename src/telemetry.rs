@@ -16,7 +16,11 @@ pub fn init(format: LogFormat) {
         .unwrap_or_else(|_| EnvFilter::new("info,tower_http=warn"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     let _ = match format {
-        LogFormat::Pretty => builder.try_init(),
+        // Colour codes only where a person reads them: a log file or a
+        // pipe to a collector gets plain text.
+        LogFormat::Pretty => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+            .try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
 }

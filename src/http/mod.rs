@@ -1,6 +1,7 @@
 //! The HTTP API of design.md §3. Handlers are thin: extract, call a service,
 //! map the result; errors become responses in [`error`].
 
+pub mod access;
 mod error;
 mod extract;
 mod health;
@@ -34,6 +35,8 @@ pub struct ApiContext(Arc<Services>);
 pub struct Services {
     pub sessions: SessionService,
     pub admin: NodeAdmin,
+    /// One log line per request (`ACCESS_LOG`).
+    pub access_log: bool,
     pub router: crate::routing::Router,
     pub store: SessionStore,
     pub archive: Archive,
@@ -76,6 +79,10 @@ pub fn router(ctx: ApiContext) -> Router {
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(axum::middleware::from_fn_with_state(ctx.clone(), deadline))
         .layer(axum::middleware::from_fn(no_transfer_encoding))
+        .layer(axum::middleware::from_fn_with_state(
+            ctx.clone(),
+            access::layer,
+        ))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(TraceLayer::new_for_http())
         .with_state(ctx)

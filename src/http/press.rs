@@ -161,9 +161,29 @@ pub async fn press(
     State(ctx): State<ApiContext>,
     headers: HeaderMap,
     JsonBody(body): JsonBody<PressRequest>,
+) -> Response {
+    let session = match (&body.session_id, ctx.access_log) {
+        (IdField::Text(id), true) => {
+            Some(super::access::SessionHash(super::access::session_hash(id)))
+        }
+        _ => None,
+    };
+    let mut response = answer(&ctx, &headers, body)
+        .await
+        .unwrap_or_else(IntoResponse::into_response);
+    if let Some(session) = session {
+        response.extensions_mut().insert(session);
+    }
+    response
+}
+
+async fn answer(
+    ctx: &ApiContext,
+    headers: &HeaderMap,
+    body: PressRequest,
 ) -> Result<Response, ApiError> {
-    let answer = press_session(&ctx, body.session_id).await?;
-    let (content_type, body) = answer.body(wants_json(&headers));
+    let answer = press_session(ctx, body.session_id).await?;
+    let (content_type, body) = answer.body(wants_json(headers));
     let mut response = ([(header::CONTENT_TYPE, content_type)], body).into_response();
     if let Some(name) = answer.served_by() {
         response.headers_mut().insert("x-served-by", name.clone());

@@ -190,8 +190,14 @@ async fn read_body(
 /// The answer to a plain press: what the router would answer, byte for
 /// byte in status, headers and body.
 async fn answer_press(ctx: &ApiContext, body: &[u8], press: &PressHead) -> Vec<u8> {
+    // Only read the clock when the line will be written: this is the hot path.
+    let started = ctx.access_log.then(std::time::Instant::now);
+    let mut session = None;
     let pressed = async {
         let request: super::press::PressRequest = super::extract::json_object(body)?;
+        if let (true, super::press::IdField::Text(id)) = (ctx.access_log, &request.session_id) {
+            session = Some(super::access::session_hash(id));
+        }
         timeout(
             ctx.request_timeout,
             super::press::press_session(ctx, request.session_id),
@@ -199,7 +205,15 @@ async fn answer_press(ctx: &ApiContext, body: &[u8], press: &PressHead) -> Vec<u
         .await
         .map_err(|_| ApiError::GatewayTimeout)?
     };
-    match pressed.await {
+    let pressed = pressed.await;
+    if let Some(started) = started {
+        let (status, node) = match &pressed {
+            Ok(answer) => (200, Some(answer.pressed.node.name.as_str())),
+            Err(error) => (error.status().as_u16(), None),
+        };
+        super::access::line("POST", "/press", status, node, started, session.as_deref());
+    }
+    match pressed {
         Ok(answer) => {
             let (content_type, body) = answer.body(press.wants_json);
             let mut headers: [(&str, &[u8]); 2] = [("content-type", content_type.as_bytes()); 2];

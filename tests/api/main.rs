@@ -14,6 +14,7 @@ mod fencing;
 mod front;
 mod hardening;
 mod lifecycle;
+mod logs;
 mod metrics;
 mod press;
 mod routing;

@@ -4,87 +4,14 @@
 
 use crate::common;
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::process::free_port;
-use common::{database_url, redis_url, unique, TestNode, ADMIN_TOKEN};
-
-struct Balancer {
-    child: Child,
-    url: String,
-    http: reqwest::Client,
-}
-
-impl Balancer {
-    async fn start() -> Self {
-        common::ensure_database().await;
-        let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_nodes-control"))
-            .env("LISTEN_ADDR", format!("127.0.0.1:{port}"))
-            .env("DATABASE_URL", database_url())
-            .env("REDIS_URL", redis_url())
-            .env("REDIS_KEY_PREFIX", format!("{}:", unique("metrics")))
-            .env("ADMIN_TOKEN", ADMIN_TOKEN)
-            .env("HEALTH_CHECK_INTERVAL_MS", "200")
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("the balancer starts");
-        let balancer = Self {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-            http: reqwest::Client::new(),
-        };
-        for _ in 0..100 {
-            let ready = balancer
-                .http
-                .get(format!("{}/readyz", balancer.url))
-                .send()
-                .await;
-            if ready.is_ok_and(|r| r.status().is_success()) {
-                return balancer;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("the balancer did not become ready");
-    }
-
-    async fn metrics(&self) -> String {
-        let response = self
-            .http
-            .get(format!("{}/metrics", self.url))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-        response.text().await.unwrap()
-    }
-
-    async fn node(&self, action: &str, address: &str) {
-        let response = self
-            .http
-            .post(format!("{}/node", self.url))
-            .bearer_auth(ADMIN_TOKEN)
-            .json(&serde_json::json!({ "action": action, "address": address, "name": "m1" }))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200, "{action} {address}");
-    }
-}
-
-impl Drop for Balancer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use common::process::BalancerProcess;
+use common::TestNode;
 
 #[tokio::test]
 async fn every_family_is_described_and_counters_are_there_before_their_first_event() {
-    let balancer = Balancer::start().await;
+    let balancer = BalancerProcess::start(&[], std::process::Stdio::null()).await;
     let text = balancer.metrics().await;
     for family in [
         "nodes_control_presses_total",
@@ -129,7 +56,7 @@ async fn every_family_is_described_and_counters_are_there_before_their_first_eve
 
 #[tokio::test]
 async fn a_removed_node_leaves_the_metrics_and_a_node_is_labelled_by_address_and_name() {
-    let balancer = Balancer::start().await;
+    let balancer = BalancerProcess::start(&[], std::process::Stdio::null()).await;
     let node = TestNode::start("m1", false);
     balancer.node("add", &node.address).await;
     let series = format!(

@@ -192,3 +192,92 @@ fn wait_for_port(port: u16) {
     }
     panic!("nothing listens on port {port}");
 }
+
+/// A `nodes-control` process of the test's own (its own Redis key prefix,
+/// health checks every 200 ms), with extra environment and its stdout.
+pub struct BalancerProcess {
+    child: Child,
+    pub url: String,
+    http: reqwest::Client,
+}
+
+impl BalancerProcess {
+    pub async fn start(env: &[(&str, &str)], stdout: Stdio) -> Self {
+        super::ensure_database().await;
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_nodes-control"))
+            .env("LISTEN_ADDR", format!("127.0.0.1:{port}"))
+            .env("DATABASE_URL", super::database_url())
+            .env("REDIS_URL", super::redis_url())
+            .env("REDIS_KEY_PREFIX", format!("{}:", super::unique("process")))
+            .env("ADMIN_TOKEN", super::ADMIN_TOKEN)
+            .env("HEALTH_CHECK_INTERVAL_MS", "200")
+            .env("RUST_LOG", "warn")
+            .envs(env.iter().copied())
+            .stdout(stdout)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the balancer starts");
+        let balancer = Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            http: reqwest::Client::new(),
+        };
+        for _ in 0..100 {
+            let ready = balancer
+                .http
+                .get(format!("{}/readyz", balancer.url))
+                .send()
+                .await;
+            if ready.is_ok_and(|r| r.status().is_success()) {
+                return balancer;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the balancer did not become ready");
+    }
+
+    pub async fn metrics(&self) -> String {
+        let response = self
+            .http
+            .get(format!("{}/metrics", self.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        response.text().await.unwrap()
+    }
+
+    /// `POST /node` with the admin token; asserts a 200.
+    pub async fn node(&self, action: &str, address: &str) {
+        let response = self
+            .http
+            .post(format!("{}/node", self.url))
+            .bearer_auth(super::ADMIN_TOKEN)
+            .json(&serde_json::json!({ "action": action, "address": address }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{action} {address}");
+    }
+
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    pub async fn press(&self, session: &str) -> reqwest::Response {
+        self.http
+            .post(format!("{}/press", self.url))
+            .json(&serde_json::json!({ "session_id": session }))
+            .send()
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for BalancerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
