@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
 use tracing::{debug, warn};
 
+use crate::archive::events::Actor;
 use crate::cluster::NodeRegistry;
 use crate::nodes::{NodeCallError, NodeClient, Selector};
 
@@ -96,7 +97,11 @@ impl Router {
                 Err(source) => {
                     warn!(node = %entry.address, error = %source, "/process failed; node marked down");
                     self.registry
-                        .mark_down(&entry, &format!("/process failed: {source}"))
+                        .mark_down(
+                            &entry,
+                            Actor::PressFailure,
+                            &format!("/process failed: {source}"),
+                        )
                         .await;
                     last = Some(RouteError::NodeFailed {
                         node: entry.address.clone(),

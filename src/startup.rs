@@ -42,7 +42,9 @@ async fn register_nodes(admin: &NodeAdmin, nodes: Vec<String>) -> Vec<String> {
     let mut pending = Vec::new();
     for address in nodes {
         match admin.add(&address, None, None).await {
-            Ok(node) => info!(node = %node.address, state = %node.state, "initial node registered"),
+            Ok((node, _)) => {
+                info!(node = %node.address, state = %node.state, "initial node registered")
+            }
             Err(error) => {
                 warn!(node = %address, %error, "initial node not registered yet; retrying");
                 pending.push(address);
@@ -115,6 +117,7 @@ impl Application {
             clock,
         );
         let fences = FenceWatcher::new(store.clone(), table.clone(), events, lease.clone());
+        archive.set_replica(fences.replica_id());
         let rebuilder = Rebuilder::new(cleaner.clone());
         let registry = NodeRegistry::new(cleaner, client.clone());
         let admin = NodeAdmin::new(registry.clone());
@@ -280,6 +283,21 @@ impl Application {
             None,
             move || sweeper.clone().run(sweep_interval, token.clone()),
         );
+        // Drained nodes are removed once empty (or at their deadline), at the
+        // pace of the health checks: a drain ends soon after its last session.
+        let (admin, token) = (self.ctx.admin.clone(), cancel.clone());
+        let drain_interval = self.config.health_check_interval();
+        supervisor.spawn(&mut background, "drain", cancel.clone(), None, move || {
+            let (admin, token) = (admin.clone(), token.clone());
+            crate::periodic::every(drain_interval, token, move || {
+                let admin = admin.clone();
+                async move {
+                    if let Err(error) = admin.finish_drains().await {
+                        warn!(%error, "could not check the drained nodes");
+                    }
+                }
+            })
+        });
         let sessions = self.ctx.sessions.clone();
         supervisor.spawn_periodic(
             &mut background,

@@ -10,6 +10,7 @@
 
 mod batch;
 mod breaker;
+pub mod events;
 pub mod members;
 pub mod tokens;
 
@@ -78,6 +79,10 @@ pub struct Archive {
     breaker: Arc<Breaker>,
     /// Started on the first fold of a placement (it needs a runtime).
     batcher: Arc<std::sync::OnceLock<FoldBatcher>>,
+    /// The audit log's writer, started on the first event.
+    events: Arc<std::sync::OnceLock<events::EventWriter>>,
+    /// The replica events are attributed to (unset: events are not kept).
+    replica: Arc<std::sync::OnceLock<Arc<str>>>,
 }
 
 impl Archive {
@@ -102,6 +107,8 @@ impl Archive {
             timeout,
             breaker: Arc::default(),
             batcher: Arc::default(),
+            events: Arc::default(),
+            replica: Arc::default(),
         })
     }
 
@@ -249,8 +256,15 @@ impl Archive {
     /// A handle for the batching task: holding the batcher itself would
     /// keep the task alive forever.
     fn without_batcher(&self) -> Archive {
+        self.without_writers()
+    }
+
+    /// A handle for a background writer (the fold batcher, the audit log):
+    /// holding the writers themselves would keep their tasks alive forever.
+    fn without_writers(&self) -> Archive {
         Archive {
             batcher: Arc::default(),
+            events: Arc::default(),
             ..self.clone()
         }
     }

@@ -8,6 +8,7 @@ use serde::Serialize;
 use tracing::{info, warn};
 
 use super::registry::NodeRegistry;
+use crate::archive::events::{Actor, NodeEvent};
 use crate::archive::{Archive, ArchiveError, Member};
 use crate::lifecycle::detached::detached_under_node_lock;
 use crate::lifecycle::{CleanError, NodeCleaner};
@@ -33,6 +34,10 @@ pub enum AdminError {
     Busy(String),
     #[error("{address} is the same node as the registered {existing}; remove that one first to change its address")]
     Alias { address: String, existing: String },
+    #[error("node {0} is down: it has no sessions to drain; remove it")]
+    DrainDown(String),
+    #[error("deadline_secs must be between 1 and {MAX_DRAIN_SECS}")]
+    DrainDeadline,
     #[error("the registry is being rebuilt after Redis lost its data; try again")]
     Rebuilding,
     #[error(transparent)]
@@ -58,6 +63,30 @@ pub struct NodeView {
     /// Why the node is down, when it is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+/// What an admin command did, as its answer says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Added,
+    Reweighted,
+    Unchanged,
+    Draining,
+    Removed,
+}
+
+/// Longest drain deadline accepted (a week).
+pub const MAX_DRAIN_SECS: u64 = 7 * 24 * 3600;
+
+/// What a drain did: the node takes no new session from now on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drain {
+    /// Sessions still on the node; it is removed (with archive) when none
+    /// is left, or at the deadline.
+    pub sessions: i64,
+    /// When it is removed at the latest (ms since the epoch).
+    pub deadline_ms: i64,
 }
 
 /// What removing a node did, for the log and the tests.
@@ -107,7 +136,7 @@ impl NodeAdmin {
         address: &str,
         name: Option<&str>,
         weight: Option<u32>,
-    ) -> Result<NodeRecord, AdminError> {
+    ) -> Result<(NodeRecord, Outcome), AdminError> {
         let address = NodeAddress::parse(address)?;
         if weight.is_some_and(|w| w == 0 || w > MAX_WEIGHT) {
             return Err(AdminError::Weight);
@@ -184,7 +213,14 @@ impl NodeAdmin {
             }
             this.table.upsert(&record);
             info!(node = %addr, name = %record.name, weight = record.weight, %state, "node added");
-            Ok(record)
+            let mut event = NodeEvent::new(Actor::Admin, &addr, "added")
+                .states(None, Some(state.as_str()))
+                .sessions(0);
+            if let Some(reason) = &record.reason {
+                event = event.reason(reason.clone());
+            }
+            this.archive.record(event);
+            Ok((record, Outcome::Added))
         })
         .await
     }
@@ -195,7 +231,8 @@ impl NodeAdmin {
         &self,
         mut existing: NodeRecord,
         weight: Option<u32>,
-    ) -> Result<NodeRecord, AdminError> {
+    ) -> Result<(NodeRecord, Outcome), AdminError> {
+        let mut outcome = Outcome::Unchanged;
         if let Some(weight) = weight.filter(|w| *w != existing.weight) {
             self.archive
                 .set_member_weight(&existing.address, weight)
@@ -204,10 +241,106 @@ impl NodeAdmin {
                 .set_node_weight(&existing.address, weight)
                 .await?;
             info!(node = %existing.address, from = existing.weight, to = weight, "node re-weighted");
+            self.archive.record(
+                NodeEvent::new(Actor::Admin, &existing.address, "reweighted")
+                    .reason(format!("weight {} -> {weight}", existing.weight)),
+            );
             existing.weight = weight;
+            outcome = Outcome::Reweighted;
         }
         self.table.upsert(&existing);
-        Ok(existing)
+        Ok((existing, outcome))
+    }
+
+    /// Drains a node: it takes no new session from now on, keeps serving the
+    /// ones it has until they expire, and is removed (with archive, as by
+    /// `remove`) by [`finish_drains`](Self::finish_drains) once it holds
+    /// none, or at the deadline. Draining a draining node moves its deadline.
+    pub async fn drain(
+        &self,
+        address: &str,
+        deadline: Option<std::time::Duration>,
+    ) -> Result<Drain, AdminError> {
+        let address = NodeAddress::parse(address)?;
+        let deadline = match deadline {
+            Some(d) if d.is_zero() || d.as_secs() > MAX_DRAIN_SECS => {
+                return Err(AdminError::DrainDeadline)
+            }
+            // Sessions live at most their TTL; a drain without a deadline
+            // waits for them, and a week bounds a forgotten one.
+            Some(d) => d,
+            None => std::time::Duration::from_secs(MAX_DRAIN_SECS),
+        };
+        self.with_node_lock(address.as_str(), move |this, lock| async move {
+            let addr = lock.node();
+            let record = this
+                .store
+                .get_node(addr)
+                .await?
+                .ok_or_else(|| AdminError::UnknownNode(addr.to_owned()))?;
+            if record.state == NodeState::Down {
+                return Err(AdminError::DrainDown(addr.to_owned()));
+            }
+            let deadline_ms = crate::clock::wall_ms() + deadline.as_millis() as i64;
+            this.archive
+                .set_member_state(addr, NodeState::Draining.as_str())
+                .await?;
+            this.store.set_drain_until(addr, deadline_ms).await?;
+            this.store
+                .set_node_state(
+                    addr,
+                    NodeState::Draining,
+                    &[NodeState::Up, NodeState::Draining],
+                )
+                .await?;
+            this.table.upsert(&NodeRecord {
+                state: NodeState::Draining,
+                ..record.clone()
+            });
+            info!(node = %addr, sessions = record.active_sessions, deadline_ms, "node draining");
+            this.archive.record(
+                NodeEvent::new(Actor::Admin, addr, "draining")
+                    .states(Some(record.state.as_str()), Some("draining"))
+                    .sessions(record.active_sessions)
+                    .reason(format!(
+                        "removed when empty, or in {} s at the latest",
+                        deadline.as_secs()
+                    )),
+            );
+            Ok(Drain {
+                sessions: record.active_sessions,
+                deadline_ms,
+            })
+        })
+        .await
+    }
+
+    /// Removes every draining node that holds no session any more, or whose
+    /// drain deadline passed. Returns the nodes removed. Any replica may run
+    /// it; the node lock makes one of them do each removal.
+    pub async fn finish_drains(&self) -> Result<Vec<String>, AdminError> {
+        let mut removed = Vec::new();
+        for record in self.store.list_nodes().await? {
+            if record.state != NodeState::Draining {
+                continue;
+            }
+            let Some(until) = self.store.drain_until(&record.address).await? else {
+                continue; // a removal's own draining: it finishes by itself
+            };
+            let reason = if record.active_sessions <= 0 {
+                "drain finished: no session left"
+            } else if crate::clock::wall_ms() >= until {
+                "drain deadline passed"
+            } else {
+                continue;
+            };
+            match self.remove_as(&record.address, Actor::Sweep, reason).await {
+                Ok(_) => removed.push(record.address),
+                Err(AdminError::UnknownNode(_) | AdminError::Busy(_)) => {}
+                Err(error) => warn!(node = %record.address, %error, "could not finish a drain"),
+            }
+        }
+        Ok(removed)
     }
 
     /// Removes a node: no new sessions, then (under the fence, so no
@@ -215,8 +348,18 @@ impl NodeAdmin {
     /// unmap. Its sessions restore from the archive on their next press, on
     /// another node.
     pub async fn remove(&self, address: &str) -> Result<Removal, AdminError> {
+        self.remove_as(address, Actor::Admin, "removed by an admin")
+            .await
+    }
+
+    async fn remove_as(
+        &self,
+        address: &str,
+        actor: Actor,
+        reason: &'static str,
+    ) -> Result<Removal, AdminError> {
         let address = NodeAddress::parse(address)?;
-        self.with_node_lock(address.as_str(), |this, lock| async move {
+        self.with_node_lock(address.as_str(), move |this, lock| async move {
             let addr = lock.node();
             let record = this
                 .store
@@ -234,6 +377,16 @@ impl NodeAdmin {
             this.archive.delete_member(addr).await?;
             this.table.remove(addr);
             info!(node = %addr, sessions = report.unmapped, archived = report.archived, "node removed");
+            let reason = match report.archived {
+                true => reason.to_owned(),
+                false => format!("{reason}; the node could not archive: its clicks since its last archive are lost"),
+            };
+            this.archive.record(
+                NodeEvent::new(actor, addr, "removed")
+                    .states(Some(record.state.as_str()), None)
+                    .sessions(report.unmapped as i64)
+                    .reason(reason),
+            );
             Ok(Removal {
                 sessions: report.unmapped,
                 archived: report.archived,

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::registry::NodeRegistry;
+use crate::archive::events::Actor;
 use crate::nodes::client::{NodeClient, NodeHealth};
 use crate::nodes::table::NodeEntry;
 use crate::store::{now_ms, NodeState};
@@ -143,7 +144,9 @@ impl HealthChecker {
     /// next press.
     async fn take_down(&self, entry: &NodeEntry, reason: &str, report: &mut HealthReport) {
         warn!(node = %entry.address, %reason, "health check takes the node down");
-        self.registry.mark_down(entry, reason).await;
+        self.registry
+            .mark_down(entry, Actor::HealthCheck, reason)
+            .await;
         let (registry, addr) = (self.registry.clone(), entry.address.clone());
         tokio::spawn(async move {
             if let Err(error) = registry.fail_over(&addr).await {

@@ -7,6 +7,6 @@ pub mod admin;
 pub mod health;
 pub mod registry;
 
-pub use admin::{AdminError, NodeAdmin, NodeView, Removal};
+pub use admin::{AdminError, Drain, NodeAdmin, NodeView, Outcome, Removal};
 pub use health::{HealthChecker, HealthReport};
 pub use registry::NodeRegistry;

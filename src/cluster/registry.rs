@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use tracing::{info, warn};
 
+use crate::archive::events::{Actor, NodeEvent};
 use crate::archive::Archive;
 use crate::lifecycle::detached::detached_under_node_lock;
 use crate::lifecycle::{CleanError, NodeCleaner};
@@ -90,7 +91,7 @@ impl NodeRegistry {
     }
 
     /// Takes a failed node out of placement and press routing, on every replica.
-    pub async fn mark_down(&self, entry: &NodeEntry, reason: &str) {
+    pub async fn mark_down(&self, entry: &NodeEntry, actor: Actor, reason: &str) {
         entry.set_state(NodeState::Down);
         match self
             .store
@@ -101,9 +102,14 @@ impl NodeRegistry {
             )
             .await
         {
-            Ok(Some(_)) => {
+            Ok(Some(before)) => {
                 metrics::counter!("nodes_control_nodes_marked_down_total").increment(1);
                 warn!(node = %entry.address, name = %entry.name, %reason, "node marked down");
+                self.cleaner.archive().record(
+                    NodeEvent::new(actor, &entry.address, "marked_down")
+                        .states(Some(before.as_str()), Some("down"))
+                        .reason(reason),
+                );
                 if let Err(error) = self
                     .store
                     .set_node_notes(&entry.address, reason, None)
@@ -157,10 +163,16 @@ impl NodeRegistry {
                 .set_node_state(addr, NodeState::Up, &[NodeState::Down])
                 .await?
             {
+                let reason = "answered its health checks again; its counts are stale: wiped";
                 info!(
-                    node = %addr, from = %old, sessions_dropped = dropped,
-                    reason = "answered its health checks again; its counts are stale",
+                    node = %addr, from = %old, sessions_dropped = dropped, reason,
                     "node recovered and wiped"
+                );
+                this.archive.record(
+                    NodeEvent::new(Actor::HealthCheck, addr, "recovered")
+                        .states(Some(old.as_str()), Some("up"))
+                        .sessions(dropped as i64)
+                        .reason(reason),
                 );
             }
             this.refresh().await?;

@@ -159,12 +159,23 @@ impl From<RouteError> for ApiError {
     }
 }
 
+impl From<ArchiveError> for ApiError {
+    fn from(e: ArchiveError) -> Self {
+        archive_unavailable(&e)
+    }
+}
+
 impl From<AdminError> for ApiError {
     fn from(e: AdminError) -> Self {
         match e {
             AdminError::Address(_) | AdminError::Weight | AdminError::Name => {
                 ApiError::bad_request("invalid_node", e.to_string())
             }
+            AdminError::DrainDeadline => ApiError::bad_request("invalid_deadline", e.to_string()),
+            AdminError::DrainDown(_) => ApiError::Conflict {
+                code: "node_down",
+                message: e.to_string(),
+            },
             AdminError::UnknownNode(_) => ApiError::NotFound(e.to_string()),
             AdminError::Busy(_) => ApiError::Conflict {
                 code: "conflict",

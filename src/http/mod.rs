@@ -71,6 +71,7 @@ pub fn router(ctx: ApiContext) -> Router {
         .route("/press", post(press::press))
         .route("/node", post(nodes::node_command))
         .route("/nodes", get(nodes::list))
+        .route("/events", get(nodes::events))
         .route("/process/{req_id}", get(process::process))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

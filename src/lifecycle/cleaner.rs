@@ -24,6 +24,7 @@ use tokio::sync::Notify;
 use tracing::{info, warn};
 
 use super::detached::{detached_under_node_lock, spawn_tracked};
+use crate::archive::events::{Actor, NodeEvent};
 use crate::archive::{Archive, ArchiveError};
 use crate::nodes::{CleanOutcome, NodeCallError, NodeClient, NodeTable};
 use crate::store::lock::{NodeLock, LOCK_TTL_MS, LOCK_WAIT};
@@ -382,6 +383,11 @@ impl NodeCleaner {
             if let Err(error) = self.store.set_node_notes(addr, &reason, None).await {
                 return error.into();
             }
+            self.archive.record(
+                NodeEvent::new(Actor::Clean, addr, "marked_down")
+                    .states(None, Some("down"))
+                    .reason(reason),
+            );
             metrics::counter!("nodes_control_nodes_marked_down_total").increment(1);
             if let Err(error) = self.move_sessions_off(addr).await {
                 return error;

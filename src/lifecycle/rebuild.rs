@@ -18,6 +18,7 @@ use tracing::{info, warn};
 use super::cleaner::{CleanError, NodeCleaner};
 use super::detached::detached;
 use super::fence::HEARTBEAT;
+use crate::archive::events::{Actor, NodeEvent};
 use crate::archive::{Archive, Member};
 use crate::store::lock::{with_lock, with_node_lock, LOCK_WAIT};
 use crate::store::{NodeRecord, NodeState, SessionStore};
@@ -164,10 +165,13 @@ impl Rebuilder {
                     .cleaner
                     .archive_all(&lock, member.state != NodeState::Down.as_str())
                     .await?;
-                let state = if answered {
-                    NodeState::Up
-                } else {
-                    NodeState::Down
+                // A node that was draining has just archived every session:
+                // it goes on draining, with nothing left, so it is removed.
+                let draining = member.state == NodeState::Draining.as_str();
+                let state = match (answered, draining) {
+                    (true, true) => NodeState::Draining,
+                    (true, false) => NodeState::Up,
+                    (false, _) => NodeState::Down,
                 };
                 self.archive.set_member_state(&addr, state.as_str()).await?;
                 let record = NodeRecord {
@@ -182,7 +186,18 @@ impl Rebuilder {
                     number: member.number as u64,
                 };
                 self.store.register_node(&record, true).await?;
+                if state == NodeState::Draining {
+                    self.store
+                        .set_drain_until(&addr, crate::clock::wall_ms())
+                        .await?;
+                }
                 self.cleaner.table().upsert(&record);
+                let mut event = NodeEvent::new(Actor::Rebuild, &addr, "rebuilt")
+                    .states(Some(member.state.as_str()), Some(state.as_str()));
+                if let Some(reason) = &record.reason {
+                    event = event.reason(reason.clone());
+                }
+                self.archive.record(event);
                 Ok(answered)
             },
         )

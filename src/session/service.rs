@@ -7,6 +7,7 @@ use tracing::{debug, warn};
 
 use super::cache::MappingCache;
 use super::SessionId;
+use crate::archive::events::Actor;
 use crate::archive::{Archive, ArchiveError};
 use crate::clock::Clock;
 use crate::cluster::NodeRegistry;
@@ -209,7 +210,11 @@ impl SessionService {
                     // for it then sees the node down and never asks it to
                     // archive counts that may include this press.
                     self.registry
-                        .mark_down(&entry, &format!("a press failed: {error}"))
+                        .mark_down(
+                            &entry,
+                            Actor::PressFailure,
+                            &format!("a press failed: {error}"),
+                        )
                         .await;
                     if let Some((node, source)) = failed {
                         return Err(PressError::NodeFailed { node, source });

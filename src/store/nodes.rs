@@ -103,6 +103,29 @@ impl SessionStore {
         Ok(())
     }
 
+    /// Marks a registered node as draining until `until_ms` (the drain's
+    /// deadline): the mark of a drain an admin asked for, which a removal's
+    /// own brief draining does not carry.
+    pub async fn set_drain_until(&self, address: &str, until_ms: i64) -> StoreResult<()> {
+        redis::Script::new(
+            "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'drain_until', ARGV[1]) end return 0",
+        )
+        .key(self.key(&["node", address]))
+        .arg(until_ms)
+        .invoke_async::<i64>(&mut self.conn())
+        .await
+        .context("recording a node's drain in Redis")?;
+        Ok(())
+    }
+
+    /// The deadline of a drain an admin asked for, if the node has one.
+    pub async fn drain_until(&self, address: &str) -> StoreResult<Option<i64>> {
+        self.conn()
+            .hget(self.key(&["node", address]), "drain_until")
+            .await
+            .context("reading a node's drain from Redis")
+    }
+
     /// Deletes a node from the registry (after its sessions were unmapped).
     pub async fn delete_node(&self, address: &str) -> StoreResult<()> {
         self.scripts

@@ -182,7 +182,11 @@ async fn a_node_that_comes_back_is_wiped_before_it_takes_sessions_again() {
     app.ctx
         .admin
         .registry()
-        .mark_down(&entry, "a test says so")
+        .mark_down(
+            &entry,
+            nodes_control::archive::events::Actor::HealthCheck,
+            "a test says so",
+        )
         .await;
     for i in 0..10 {
         let answer = app.press(&format!("{tag}-{i}")).await;

@@ -9,6 +9,7 @@ mod common;
 
 mod admin;
 mod cache;
+mod drain;
 mod failover;
 mod fencing;
 mod front;

@@ -258,7 +258,11 @@ impl BalancerProcess {
             .send()
             .await
             .unwrap();
-        assert_eq!(response.status(), 200, "{action} {address}");
+        assert!(
+            response.status().is_success(),
+            "{action} {address}: {}",
+            response.status()
+        );
     }
 
     pub fn http(&self) -> &reqwest::Client {

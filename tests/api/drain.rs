@@ -1,0 +1,250 @@
+//! Admin answers that say what happened, the audit log behind them
+//! (`GET /events`), and draining a node (design.md §3).
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{spawn_app, spawn_app_with, start_nodes, test_config, unique, TestApp, TestNode};
+use serde_json::{json, Value};
+
+/// `GET /events` with a query; status and body.
+async fn events(app: &TestApp, query: &str) -> (u16, Value) {
+    let response = app
+        .http
+        .get(format!("{}/events{query}", app.address))
+        .bearer_auth(common::ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// The node's events, newest first, once at least `count` are written (the
+/// log is written in the background).
+async fn node_events(app: &TestApp, node: &str, count: usize) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (status, body) = events(app, &format!("?node={node}")).await;
+        assert_eq!(status, 200, "{body}");
+        let list = body.as_array().unwrap().clone();
+        if list.len() >= count {
+            return list;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{count} events expected: {list:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn node_gone(app: &TestApp, address: &str, within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    while app.nodes().await.iter().any(|n| n["address"] == address) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{address} is still registered"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn every_admin_answer_says_what_happened_and_lands_in_the_audit_log() {
+    let app = spawn_app().await;
+    let node = TestNode::start("told", false);
+    let add = json!({ "action": "add", "address": node.address });
+    let (status, body) = app.node_command(add.clone()).await;
+    assert_eq!(
+        (status, body["result"].as_str()),
+        (200, Some("added")),
+        "{body}"
+    );
+    assert_eq!(body["message"], "OK");
+    let (_, body) = app.node_command(add).await;
+    assert_eq!(body["result"], "unchanged", "{body}");
+    let (_, body) = app
+        .node_command(json!({ "action": "add", "address": node.address, "weight": 3 }))
+        .await;
+    assert_eq!(
+        (body["result"].as_str(), body["weight"].as_u64()),
+        (Some("reweighted"), Some(3))
+    );
+    let session = unique("audited");
+    app.press(&session).await;
+    let (_, body) = app
+        .node_command(json!({ "action": "remove", "address": node.address }))
+        .await;
+    assert_eq!(body["result"], "removed", "{body}");
+    assert_eq!(body["sessions"], 1);
+
+    let log = node_events(&app, &node.address, 3).await;
+    let actions: Vec<&str> = log.iter().map(|e| e["action"].as_str().unwrap()).collect();
+    assert_eq!(actions, ["removed", "reweighted", "added"], "{log:?}");
+    for event in &log {
+        assert_eq!(event["actor"], "admin");
+        assert_eq!(event["node"], node.address.as_str());
+        assert!(event["replica"].as_str().is_some_and(|r| !r.is_empty()));
+        assert!(event["at"].as_str().is_some());
+    }
+    assert_eq!(log[0]["state_before"], "up");
+    assert_eq!(log[0]["sessions"], 1);
+    assert_eq!(log[2]["state_after"], "up");
+    // `since` after everything, and `limit`, narrow it down.
+    let (status, body) = events(&app, "?since=2999-01-01T00:00:00Z").await;
+    assert_eq!((status, body.as_array().map(Vec::len)), (200, Some(0)));
+    let (_, body) = events(&app, &format!("?node={}&limit=1", node.address)).await;
+    assert_eq!(body.as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn the_audit_log_asks_for_the_token_and_refuses_bad_queries() {
+    let app = spawn_app().await;
+    let response = app
+        .http
+        .get(format!("{}/events", app.address))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+    for query in [
+        "?since=yesterday",
+        "?limit=0",
+        "?limit=100000",
+        "?node=ftp://x",
+    ] {
+        let (status, body) = events(&app, query).await;
+        assert_eq!(status, 400, "{query}: {body}");
+        assert!(body["code"].as_str().is_some(), "{body}");
+    }
+}
+
+#[tokio::test]
+async fn a_drained_node_takes_no_new_session_serves_its_own_until_they_expire_then_leaves() {
+    let app = spawn_app_with(test_config()).await; // health rounds every 200 ms
+    let nodes = start_nodes(&app, 2, false).await;
+    let (drained, other) = (&nodes[0], &nodes[1]);
+    // Sessions on both nodes.
+    let sessions: Vec<String> = (0..10).map(|i| unique(&format!("drain{i}"))).collect();
+    let mut on_drained = Vec::new();
+    for s in &sessions {
+        let answer = app.press(s).await;
+        if answer.served_by.as_deref() == Some(drained.name.as_str()) {
+            on_drained.push(s.clone());
+        }
+    }
+    assert!(
+        !on_drained.is_empty(),
+        "least-sessions put some on each node"
+    );
+    let (status, body) = app
+        .node_command(json!({ "action": "drain", "address": drained.address }))
+        .await;
+    assert_eq!(
+        (status, body["result"].as_str()),
+        (200, Some("draining")),
+        "{body}"
+    );
+    assert_eq!(body["sessions"], on_drained.len());
+    // New sessions go elsewhere; the drained node keeps its own.
+    for i in 0..10 {
+        let answer = app.press(&unique(&format!("new{i}"))).await;
+        assert_eq!(answer.served_by.as_deref(), Some(other.name.as_str()));
+    }
+    for s in &on_drained {
+        let answer = app.press(s).await;
+        assert_eq!(answer.served_by.as_deref(), Some(drained.name.as_str()));
+        assert_eq!(answer.clicks(), 2);
+    }
+    let listed = app.nodes().await;
+    assert!(listed
+        .iter()
+        .any(|n| n["address"] == drained.address.as_str() && n["state"] == "draining"));
+    // Its sessions expire and are archived; then it holds none and goes.
+    app.time
+        .advance(Duration::from_secs(app.config.session_ttl_secs + 1));
+    let now = app.sweeper.clock().now_ms();
+    app.sweeper.sweep_once(now).await.unwrap();
+    node_gone(&app, &drained.address, Duration::from_secs(10)).await;
+    // No click lost: each continues from its archive, on the other node.
+    for s in &on_drained {
+        let answer = app.press(s).await;
+        assert_eq!(answer.served_by.as_deref(), Some(other.name.as_str()));
+        assert_eq!(answer.clicks(), 3, "{s}");
+    }
+    let log = node_events(&app, &drained.address, 3).await;
+    assert_eq!(log[0]["action"], "removed", "{log:?}");
+    assert_eq!(log[0]["actor"], "sweep");
+    assert_eq!(log[1]["action"], "draining");
+    assert_eq!(log[1]["actor"], "admin");
+}
+
+#[tokio::test]
+async fn a_drain_deadline_removes_the_node_with_its_sessions_archived() {
+    let app = spawn_app_with(test_config()).await;
+    let nodes = start_nodes(&app, 2, false).await;
+    let (drained, other) = (&nodes[0], &nodes[1]);
+    let mut on_drained = Vec::new();
+    for i in 0..10 {
+        let s = unique(&format!("deadline{i}"));
+        if app.press(&s).await.served_by.as_deref() == Some(drained.name.as_str()) {
+            on_drained.push(s);
+        }
+    }
+    assert!(!on_drained.is_empty());
+    let (status, body) = app
+        .node_command(json!({ "action": "drain", "address": drained.address, "deadline_secs": 1 }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    node_gone(&app, &drained.address, Duration::from_secs(10)).await;
+    for s in &on_drained {
+        let answer = app.press(s).await;
+        assert_eq!(answer.served_by.as_deref(), Some(other.name.as_str()));
+        assert_eq!(answer.clicks(), 2, "{s}: archived at removal, restored");
+    }
+    let log = node_events(&app, &drained.address, 3).await;
+    assert_eq!(log[0]["reason"], "drain deadline passed", "{log:?}");
+}
+
+#[tokio::test]
+async fn a_drain_of_an_unknown_or_down_node_or_with_a_bad_deadline_is_refused() {
+    let (app, _nodes) = common::spawn_cluster(1).await;
+    let (status, body) = app
+        .node_command(json!({ "action": "drain", "address": "http://127.0.0.1:1" }))
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("not_found")),
+        "{body}"
+    );
+    let node = TestNode::start("dead", false);
+    app.add_node(&node.address, "dead").await;
+    let (status, body) = app
+        .node_command(json!({ "action": "drain", "address": node.address, "deadline_secs": 0 }))
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("invalid_deadline")),
+        "{body}"
+    );
+    let entry = app.ctx.admin.registry().table().get(&node.address).unwrap();
+    app.ctx
+        .admin
+        .registry()
+        .mark_down(
+            &entry,
+            nodes_control::archive::events::Actor::HealthCheck,
+            "test",
+        )
+        .await;
+    let (status, body) = app
+        .node_command(json!({ "action": "drain", "address": node.address }))
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (409, Some("node_down")),
+        "{body}"
+    );
+}
