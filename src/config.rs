@@ -123,6 +123,10 @@ pub struct Config {
     /// Nodes registered at start-up, comma-separated (`http://n1:8081,http://n2:8081`).
     #[arg(long, env = "NODES", value_delimiter = ',', default_value = "")]
     pub nodes: Vec<String>,
+    /// How long the history of each session's placements is kept (`GET
+    /// /sessions/{id}`); 0 keeps none.
+    #[arg(long, env = "SESSION_HISTORY_SECS", default_value_t = 86_400)]
+    pub session_history_secs: u64,
     /// One log line per request (method, path, status, node, duration, the
     /// session id hashed), at target `access`.
     #[arg(long, env = "ACCESS_LOG", default_value_t = false)]
@@ -208,6 +212,7 @@ impl Config {
             nodes: Vec::new(),
             log_format: LogFormat::Pretty,
             access_log: false,
+            session_history_secs: 86_400,
         }
     }
 

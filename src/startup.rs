@@ -150,7 +150,8 @@ impl Application {
             config.node_timeout(),
             fences_followed.clone(),
             MappingCache::new(lease),
-        );
+        )
+        .with_history(config.session_history_secs > 0);
         let listener = TcpListener::bind(&config.listen_addr)
             .await
             .with_context(|| format!("binding LISTEN_ADDR {}", config.listen_addr))?;
@@ -285,19 +286,40 @@ impl Application {
         );
         // Drained nodes are removed once empty (or at their deadline), at the
         // pace of the health checks: a drain ends soon after its last session.
-        let (admin, token) = (self.ctx.admin.clone(), cancel.clone());
-        let drain_interval = self.config.health_check_interval();
-        supervisor.spawn(&mut background, "drain", cancel.clone(), None, move || {
-            let (admin, token) = (admin.clone(), token.clone());
-            crate::periodic::every(drain_interval, token, move || {
+        let admin = self.ctx.admin.clone();
+        supervisor.spawn_periodic(
+            &mut background,
+            "drain",
+            self.config.health_check_interval(),
+            &cancel,
+            move || {
                 let admin = admin.clone();
                 async move {
                     if let Err(error) = admin.finish_drains().await {
                         warn!(%error, "could not check the drained nodes");
                     }
                 }
-            })
-        });
+            },
+        );
+        if self.config.session_history_secs > 0 {
+            let archive = self.ctx.archive.clone();
+            let keep = chrono::Duration::seconds(self.config.session_history_secs as i64);
+            supervisor.spawn_periodic(
+                &mut background,
+                "history retention",
+                Duration::from_secs(60),
+                &cancel,
+                move || {
+                    let archive = archive.clone();
+                    async move {
+                        let before = chrono::Utc::now() - keep;
+                        if let Err(error) = archive.forget_placements_before(before).await {
+                            warn!(%error, "could not trim the session history");
+                        }
+                    }
+                },
+            );
+        }
         let sessions = self.ctx.sessions.clone();
         supervisor.spawn_periodic(
             &mut background,
@@ -306,6 +328,7 @@ impl Application {
             &cancel,
             move || {
                 sessions.purge_cache();
+                std::future::ready(())
             },
         );
         // Histogram samples pile up in the recorder until drained: without
@@ -318,6 +341,7 @@ impl Application {
             &cancel,
             move || {
                 metrics.run_upkeep();
+                std::future::ready(())
             },
         );
         let (rebuilder, token) = (self.rebuilder.clone(), cancel.clone());

@@ -75,22 +75,21 @@ impl Supervisor {
         });
     }
 
-    /// Runs the quick, synchronous `step` every `interval`, supervised.
-    pub fn spawn_periodic(
+    /// Runs `step` every `interval`, supervised.
+    pub fn spawn_periodic<F, Fut>(
         &self,
         set: &mut JoinSet<()>,
         name: &'static str,
         interval: Duration,
         cancel: &CancellationToken,
-        step: impl Fn() + Clone + Send + Sync + 'static,
-    ) {
+        step: F,
+    ) where
+        F: Fn() -> Fut + Clone + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
         let token = cancel.clone();
         self.spawn(set, name, cancel.clone(), None, move || {
-            let step = step.clone();
-            crate::periodic::every(interval, token.clone(), move || {
-                step();
-                std::future::ready(())
-            })
+            crate::periodic::every(interval, token.clone(), step.clone())
         });
     }
 

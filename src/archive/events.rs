@@ -1,24 +1,16 @@
 //! The audit log (`node_events`): every change of membership or of a node's
 //! state, with its actor, replica, states before and after, sessions
 //! affected and reason. Recording never waits for Postgres: events go to a
-//! task that writes them in batches, so a press that marks its node down is
-//! not slowed by the log. If Postgres is away the events of that moment are
-//! logged as a warning and dropped: the audit log is best effort, the
-//! registry itself is not.
-
-use std::sync::Arc;
+//! task that writes them in batches ([`super::writer`]), so a press that
+//! marks its node down is not slowed by the log. If Postgres is away the
+//! events of that moment are logged as a warning and dropped: the audit log
+//! is best effort, the registry itself is not.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use tokio::sync::mpsc;
 
+use super::writer::BatchWriter;
 use super::{Archive, ArchiveResult};
-
-/// Events waiting for the writer at most; beyond, new ones are dropped
-/// (and counted in the log) rather than held in memory without bound.
-const QUEUE: usize = 10_000;
-/// Most events in one insert.
-const BATCH: usize = 500;
 
 /// Who made a change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -104,29 +96,6 @@ pub struct EventRecord {
     pub reason: Option<String>,
 }
 
-/// The writer's queue; the writer ends when the archive is dropped.
-pub(crate) struct EventWriter {
-    queue: mpsc::Sender<NodeEvent>,
-}
-
-impl EventWriter {
-    fn start(archive: Archive, replica: Arc<str>) -> Self {
-        let (queue, events) = mpsc::channel(QUEUE);
-        tokio::spawn(write(archive, replica, events));
-        Self { queue }
-    }
-}
-
-async fn write(archive: Archive, replica: Arc<str>, mut events: mpsc::Receiver<NodeEvent>) {
-    let mut batch = Vec::new();
-    while events.recv_many(&mut batch, BATCH).await > 0 {
-        let rows = std::mem::take(&mut batch);
-        if let Err(error) = archive.insert_events(&replica, &rows).await {
-            tracing::warn!(%error, events = rows.len(), "could not write node events to the audit log");
-        }
-    }
-}
-
 /// What `GET /events` asks for.
 #[derive(Debug, Clone, Default)]
 pub struct EventQuery {
@@ -141,12 +110,14 @@ impl Archive {
         let Some(replica) = self.replica.get() else {
             return; // a handle made for a one-off job: nothing to attribute to
         };
-        let writer = self
-            .events
-            .get_or_init(|| EventWriter::start(self.without_writers(), replica.clone()));
-        if let Err(error) = writer.queue.try_send(event) {
-            tracing::warn!(%error, "audit log queue full; an event is dropped");
-        }
+        let writer = self.events.get_or_init(|| {
+            let (archive, replica) = (self.without_writers(), replica.clone());
+            BatchWriter::start("node events to the audit log", move |rows| {
+                let (archive, replica) = (archive.clone(), replica.clone());
+                async move { archive.insert_events(&replica, &rows).await }
+            })
+        });
+        writer.send(event);
     }
 
     /// Names the replica this archive's events come from (once, at start-up).

@@ -11,8 +11,10 @@
 mod batch;
 mod breaker;
 pub mod events;
+pub mod history;
 pub mod members;
 pub mod tokens;
+mod writer;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -80,7 +82,9 @@ pub struct Archive {
     /// Started on the first fold of a placement (it needs a runtime).
     batcher: Arc<std::sync::OnceLock<FoldBatcher>>,
     /// The audit log's writer, started on the first event.
-    events: Arc<std::sync::OnceLock<events::EventWriter>>,
+    events: Arc<std::sync::OnceLock<writer::BatchWriter<events::NodeEvent>>>,
+    /// The session history's writer, started on the first placement.
+    history: Arc<std::sync::OnceLock<writer::BatchWriter<history::Placed>>>,
     /// The replica events are attributed to (unset: events are not kept).
     replica: Arc<std::sync::OnceLock<Arc<str>>>,
 }
@@ -108,6 +112,7 @@ impl Archive {
             breaker: Arc::default(),
             batcher: Arc::default(),
             events: Arc::default(),
+            history: Arc::default(),
             replica: Arc::default(),
         })
     }
@@ -265,6 +270,7 @@ impl Archive {
         Archive {
             batcher: Arc::default(),
             events: Arc::default(),
+            history: Arc::default(),
             ..self.clone()
         }
     }

@@ -159,6 +159,12 @@ impl From<RouteError> for ApiError {
     }
 }
 
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        redis_unavailable(&e)
+    }
+}
+
 impl From<ArchiveError> for ApiError {
     fn from(e: ArchiveError) -> Self {
         archive_unavailable(&e)

@@ -9,6 +9,7 @@ mod nodes;
 mod press;
 mod process;
 pub mod server;
+mod sessions;
 mod wire;
 
 use std::sync::Arc;
@@ -72,6 +73,7 @@ pub fn router(ctx: ApiContext) -> Router {
         .route("/node", post(nodes::node_command))
         .route("/nodes", get(nodes::list))
         .route("/events", get(nodes::events))
+        .route("/sessions/{id}", get(sessions::show))
         .route("/process/{req_id}", get(process::process))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

@@ -8,6 +8,7 @@ use tracing::{debug, warn};
 use super::cache::MappingCache;
 use super::SessionId;
 use crate::archive::events::Actor;
+use crate::archive::history::Cause;
 use crate::archive::{Archive, ArchiveError};
 use crate::clock::Clock;
 use crate::cluster::NodeRegistry;
@@ -74,6 +75,8 @@ pub struct SessionService {
     cache: Arc<MappingCache>,
     /// Session time (the sweeper's): expiry is decided on it.
     clock: Clock,
+    /// Whether placements go to the session history.
+    history: bool,
 }
 
 /// What happened to one attempt at a node.
@@ -106,7 +109,14 @@ impl SessionService {
             budget: node_timeout * 3 + Duration::from_secs(2),
             fences_followed,
             cache: Arc::new(cache),
+            history: false,
         }
+    }
+
+    /// Records every placement in the session history (`GET /sessions/{id}`).
+    pub fn with_history(mut self, on: bool) -> Self {
+        self.history = on;
+        self
     }
 
     fn table(&self) -> &Arc<NodeTable> {
@@ -130,13 +140,16 @@ impl SessionService {
             None => self.read(id).await?,
         };
         let mut failed: Option<(String, NodeCallError)> = None;
+        // Set once this press moved its session off a failed node: the
+        // placement that follows is recorded as a failover.
+        let mut failed_over = false;
         loop {
             if Instant::now() >= deadline {
                 return Err(PressError::Deadline);
             }
             let current = match mapping.take() {
                 Some(m) => m,
-                None => self.place(id, None).await?,
+                None => self.place(id, None, failed_over).await?,
             };
             if current.expires_at_ms <= self.clock.now_ms() {
                 // Never serve an expired session (design.md §4.3): archive it
@@ -154,12 +167,13 @@ impl SessionService {
                 // (design.md §4.10); then it is placed anew.
                 Some(entry) => {
                     self.fail_over(&entry, id, deadline).await?;
+                    failed_over = true;
                     (mapping, epoch) = self.read(id).await?;
                     continue;
                 }
                 // Removed: nobody presses it any more; drop the mapping.
                 None => {
-                    mapping = Some(self.place(id, Some(&current.node)).await?);
+                    mapping = Some(self.place(id, Some(&current.node), failed_over).await?);
                     continue;
                 }
             };
@@ -226,6 +240,7 @@ impl SessionService {
             drop((gate, in_flight));
             self.cache.forget(id);
             self.fail_over(&entry, id, deadline).await?;
+            failed_over = true;
             (mapping, epoch) = self.read(id).await?;
         }
     }
@@ -239,6 +254,11 @@ impl SessionService {
             None => self.cache.forget(id),
         }
         Ok((mapping, epoch))
+    }
+
+    /// Session time now (ms since the epoch): what expiry is decided on.
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
     }
 
     /// Drops cached mappings of sessions that expired by now.
@@ -294,7 +314,12 @@ impl SessionService {
     /// Places a session, restored from the archive: fold first (so the
     /// node's next archive cannot overwrite clicks we counted), then the
     /// atomic placement with the folded total as base.
-    async fn place(&self, id: &str, stale_node: Option<&str>) -> Result<Mapping, PressError> {
+    async fn place(
+        &self,
+        id: &str,
+        stale_node: Option<&str>,
+        after_failover: bool,
+    ) -> Result<Mapping, PressError> {
         let epoch = self.table().epoch();
         let base = self.archive.fold_one(id).await?;
         let expires_at_ms = self.clock.now_ms() + self.ttl.as_millis() as i64;
@@ -314,6 +339,15 @@ impl SessionService {
                 if placement.created {
                     metrics::counter!("nodes_control_sessions_placed_total").increment(1);
                     debug!(session = %id, node = %placement.mapping.node, base, "session placed");
+                    if self.history {
+                        let cause = match (after_failover, base) {
+                            (true, _) => Cause::FailedOver,
+                            (false, 0) => Cause::New,
+                            (false, _) => Cause::Restored,
+                        };
+                        self.archive
+                            .record_placement(id, &placement.mapping.node, base, cause);
+                    }
                 }
                 self.cache.put(id, &placement.mapping, epoch);
                 Ok(placement.mapping)

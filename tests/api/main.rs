@@ -14,6 +14,7 @@ mod failover;
 mod fencing;
 mod front;
 mod hardening;
+mod history;
 mod lifecycle;
 mod logs;
 mod metrics;
