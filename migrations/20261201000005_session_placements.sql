@@ -1,7 +1,10 @@
 -- Session history: every placement of a session (new, restored from its
--- archive, moved off a failed node), kept for SESSION_HISTORY_SECS.
-CREATE TABLE IF NOT EXISTS session_placements (
-    id         BIGSERIAL PRIMARY KEY,
+-- archive, moved off a failed node), kept for SESSION_HISTORY_SECS. Append
+-- only and written at the rate of new sessions, so it carries as little as
+-- it can: UNLOGGED (no WAL; a Postgres crash empties it, which a bounded,
+-- best-effort history can afford), no row id, one btree for the lookup of a
+-- session, and a BRIN index (a few pages) for the trimming by time.
+CREATE UNLOGGED TABLE IF NOT EXISTS session_placements (
     cluster    TEXT NOT NULL,
     session_id VARCHAR(255) NOT NULL,
     at         TIMESTAMPTZ NOT NULL,
@@ -12,4 +15,4 @@ CREATE TABLE IF NOT EXISTS session_placements (
 );
 CREATE INDEX IF NOT EXISTS session_placements_session
     ON session_placements (cluster, session_id, at DESC);
-CREATE INDEX IF NOT EXISTS session_placements_at ON session_placements (at);
+CREATE INDEX IF NOT EXISTS session_placements_at ON session_placements USING BRIN (at);

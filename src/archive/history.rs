@@ -109,7 +109,7 @@ impl Archive {
             sqlx::query_as(
                 "SELECT at, node, base, cause, replica FROM session_placements
                  WHERE cluster = $1 AND session_id = $2
-                 ORDER BY at DESC, id DESC LIMIT $3",
+                 ORDER BY at DESC LIMIT $3",
             )
             .bind(self.cluster())
             .bind(session_id)

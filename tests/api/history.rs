@@ -8,6 +8,12 @@ use std::time::Duration;
 use common::{spawn_app_with, start_nodes, test_config, unique, TestApp};
 use serde_json::Value;
 
+fn with_history() -> nodes_control::Config {
+    let mut config = test_config();
+    config.session_history_secs = 3600;
+    config
+}
+
 async fn session(app: &TestApp, id: &str) -> (u16, Value) {
     let response = app
         .http
@@ -42,7 +48,7 @@ async fn with_placements(app: &TestApp, id: &str, count: usize) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_shows_where_it_lives_and_every_placement_with_its_cause() {
-    let app = spawn_app_with(test_config()).await;
+    let app = spawn_app_with(with_history()).await;
     let mut nodes = start_nodes(&app, 2, false).await;
     let id = unique("history");
     app.press(&id).await;
@@ -87,10 +93,8 @@ async fn a_session_shows_where_it_lives_and_every_placement_with_its_cause() {
 }
 
 #[tokio::test]
-async fn an_unknown_session_is_a_404_an_invalid_id_a_400_and_history_can_be_off() {
-    let mut config = test_config();
-    config.session_history_secs = 0;
-    let app = spawn_app_with(config).await;
+async fn an_unknown_session_is_a_404_an_invalid_id_a_400_and_history_is_off_by_default() {
+    let app = spawn_app_with(test_config()).await;
     let _nodes = start_nodes(&app, 1, false).await;
     let (status, body) = session(&app, &unique("never")).await;
     assert_eq!((status, body["code"].as_str()), (404, Some("not_found")));
@@ -110,7 +114,7 @@ async fn an_unknown_session_is_a_404_an_invalid_id_a_400_and_history_can_be_off(
 
 #[tokio::test]
 async fn history_older_than_the_retention_is_dropped() {
-    let app = spawn_app_with(test_config()).await;
+    let app = spawn_app_with(with_history()).await;
     let _nodes = start_nodes(&app, 1, false).await;
     let id = unique("retained");
     app.press(&id).await;
