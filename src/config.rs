@@ -20,7 +20,8 @@ pub const DEFAULT_VIRTUAL_NODES: u32 = 150;
 #[command(
     name = "nodes-control",
     version,
-    about = "Sticky-session balancer for click-counter nodes"
+    about = "Sticky-session balancer for click-counter nodes",
+    after_help = "The admin API from a terminal: nodes-control admin --help"
 )]
 pub struct Config {
     /// Address the HTTP API listens on (port 0 picks a free one).

@@ -1,6 +1,7 @@
 //! nodes-control: a sticky-session balancer and cluster controller for
 //! stateful click-counter nodes. See docs/design.md for how it works.
 
+pub mod admin_cli;
 pub mod archive;
 pub mod clock;
 pub mod cluster;

@@ -4,10 +4,17 @@ use clap::Parser;
 // keeps that off glibc's slower arena paths (measured: see README).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+use nodes_control::admin_cli::AdminCli;
 use nodes_control::{telemetry, Application, Config};
 
 fn main() -> anyhow::Result<()> {
     dotenvy::dotenv().ok();
+    if std::env::args().nth(1).as_deref() == Some("admin") {
+        let args = std::env::args().skip(2);
+        return admin(AdminCli::parse_from(
+            std::iter::once("nodes-control admin".to_owned()).chain(args),
+        ));
+    }
     let config = Config::parse();
     telemetry::init(config.log_format);
     runtime(config.worker_threads)?.block_on(async {
@@ -15,6 +22,23 @@ fn main() -> anyhow::Result<()> {
         app.run_until_stopped(shutdown_signal()).await?;
         Ok(())
     })
+}
+
+/// `nodes-control admin ...`: one request to a running balancer.
+fn admin(cli: AdminCli) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    match runtime.block_on(cli.run()) {
+        Ok(answer) => {
+            println!("{answer}");
+            Ok(())
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            std::process::exit(1);
+        }
+    }
 }
 
 /// One thread: the current-thread scheduler (measured 15 % more presses

@@ -9,6 +9,7 @@ mod common;
 
 mod admin;
 mod cache;
+mod cli;
 mod drain;
 mod failover;
 mod fencing;

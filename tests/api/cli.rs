@@ -1,0 +1,88 @@
+//! `nodes-control admin ...` against a running balancer: the binary, its
+//! output and its exit codes.
+
+use crate::common;
+
+use std::process::Output;
+
+use common::{spawn_app, unique, TestApp, TestNode, ADMIN_TOKEN};
+use serde_json::Value;
+
+async fn admin(app: &TestApp, args: &[&str]) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_nodes-control"))
+        .arg("admin")
+        .args(["--url", &app.address, "--token", ADMIN_TOKEN])
+        .args(args)
+        .env_remove("ADMIN_TOKEN")
+        .output()
+        .await
+        .expect("the binary runs")
+}
+
+fn json(output: &Output) -> Value {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("JSON on stdout")
+}
+
+#[tokio::test]
+async fn the_admin_cli_adds_lists_drains_and_reads_the_log_and_sessions() {
+    let app = spawn_app().await;
+    let node = TestNode::start("cli1", false);
+    let added = json(&admin(&app, &["add", &node.address, "--weight", "2"]).await);
+    assert_eq!(added["result"], "added", "{added}");
+    let nodes = json(&admin(&app, &["nodes"]).await);
+    assert_eq!(nodes[0]["name"], "cli1");
+    assert_eq!(nodes[0]["weight"], 2);
+
+    let session = unique("cli");
+    app.press(&session).await;
+    let shown = json(&admin(&app, &["session", &session]).await);
+    assert_eq!(shown["current"]["node"], node.address.as_str(), "{shown}");
+
+    let drained = json(&admin(&app, &["drain", &node.address, "--deadline-secs", "600"]).await);
+    assert_eq!(
+        (drained["result"].as_str(), drained["sessions"].as_i64()),
+        (Some("draining"), Some(1))
+    );
+    let removed = json(&admin(&app, &["remove", &node.address]).await);
+    assert_eq!(removed["result"], "removed");
+
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let log = json(&admin(&app, &["events", "--node", &node.address, "--limit", "10"]).await);
+        let actions: Vec<&str> = log
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["action"].as_str().unwrap())
+            .collect();
+        if actions == ["removed", "draining", "added"] {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{actions:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_admin_cli_error_is_the_balancers_sentence_and_exit_code_1() {
+    let app = spawn_app().await;
+    let output = admin(&app, &["remove", "http://127.0.0.1:1"]).await;
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("404") && stderr.contains("no node"),
+        "{stderr}"
+    );
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodes-control"))
+        .args(["admin", "--url", &app.address, "--token", "wrong", "nodes"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("401"));
+}
