@@ -82,7 +82,17 @@ impl Router {
             } else {
                 Some(entry.start_request())
             };
-            match self.client.get(&entry.address, path_and_query).await {
+            let answer = self.client.get(&entry.address, path_and_query).await;
+            let outcome = if answer.is_ok() { "ok" } else { "error" };
+            metrics::counter!(
+                "nodes_control_process_requests_total",
+                "strategy" => self.selector.kind().as_str(),
+                "address" => entry.address.clone(),
+                "name" => entry.name.clone(),
+                "outcome" => outcome,
+            )
+            .increment(1);
+            match answer {
                 Ok(answer) => {
                     return Ok(Routed {
                         status: answer.status,

@@ -111,6 +111,41 @@ fn describe() {
         Unit::Seconds,
         "Time to serve a press, from the parsed request to the node's answer."
     );
+    describe_counter!(
+        "nodes_control_node_presses_total",
+        Unit::Count,
+        "Presses forwarded to a node, by address, name and outcome (ok, error)."
+    );
+    describe_histogram!(
+        "nodes_control_node_press_duration_seconds",
+        Unit::Seconds,
+        "Time a node took to answer a press, by address and name."
+    );
+    describe_counter!(
+        "nodes_control_process_requests_total",
+        Unit::Count,
+        "GET /process requests forwarded, by strategy, node address and name, and outcome."
+    );
+    describe_counter!(
+        "nodes_control_admin_operations_total",
+        Unit::Count,
+        "POST /node commands, by action and result (added, reweighted, unchanged, draining, removed, error)."
+    );
+    describe_histogram!(
+        "nodes_control_sweep_duration_seconds",
+        Unit::Seconds,
+        "Time one expiry sweep took."
+    );
+    describe_histogram!(
+        "nodes_control_fence_wait_seconds",
+        Unit::Seconds,
+        "Time from raising a node's clean fence to every live replica's ack, by outcome (acked, failed)."
+    );
+    describe_histogram!(
+        "nodes_control_postgres_call_duration_seconds",
+        Unit::Seconds,
+        "Time one Postgres call of the balancer took (timeouts included)."
+    );
     describe_gauge!(
         "nodes_control_node_healthy",
         "1 if the node answered its last health probe (0 while it is down), by address and name."

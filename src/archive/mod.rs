@@ -135,7 +135,11 @@ impl Archive {
         if self.breaker.is_open() {
             return Err(fail(ArchiveFailure::Open));
         }
-        match tokio::time::timeout(self.timeout, call).await {
+        let started = std::time::Instant::now();
+        let answered = tokio::time::timeout(self.timeout, call).await;
+        metrics::histogram!("nodes_control_postgres_call_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
+        match answered {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => {
                 if is_connection_error(&error) {

@@ -76,6 +76,18 @@ pub enum Outcome {
     Removed,
 }
 
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Added => "added",
+            Outcome::Reweighted => "reweighted",
+            Outcome::Unchanged => "unchanged",
+            Outcome::Draining => "draining",
+            Outcome::Removed => "removed",
+        }
+    }
+}
+
 /// Longest drain deadline accepted (a week).
 pub const MAX_DRAIN_SECS: u64 = 7 * 24 * 3600;
 

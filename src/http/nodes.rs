@@ -26,12 +26,30 @@ pub struct NodeCommand {
     deadline_secs: Option<u64>,
 }
 
-/// `POST /node {"action":"add"|"drain"|"remove","address":..}` (admin).
+/// `POST /node {"action":"add"|"drain"|"remove","address":..}` (admin),
+/// counted by action and result.
 pub async fn node_command(
     _: Admin,
     State(ctx): State<ApiContext>,
     JsonBody(cmd): JsonBody<NodeCommand>,
 ) -> Result<Response, ApiError> {
+    let action: &'static str = match cmd.action.as_str() {
+        "add" => "add",
+        "drain" => "drain",
+        "remove" => "remove",
+        _ => "unknown",
+    };
+    let answer = run_command(&ctx, cmd).await;
+    let result = match &answer {
+        Ok((outcome, _)) => outcome.as_str(),
+        Err(_) => "error",
+    };
+    metrics::counter!("nodes_control_admin_operations_total", "action" => action, "result" => result)
+        .increment(1);
+    answer.map(|(_, response)| response)
+}
+
+async fn run_command(ctx: &ApiContext, cmd: NodeCommand) -> Result<(Outcome, Response), ApiError> {
     match cmd.action.as_str() {
         "add" => {
             let (node, outcome) = ctx
@@ -44,7 +62,7 @@ pub async fn node_command(
                 "message": "OK", "result": outcome, "address": node.address,
                 "name": node.name, "weight": node.weight, "state": node.state,
             });
-            Ok(Json(body).into_response())
+            Ok((outcome, Json(body).into_response()))
         }
         "drain" => {
             let drain = ctx
@@ -53,19 +71,19 @@ pub async fn node_command(
                 .await?;
             let deadline = chrono::DateTime::from_timestamp_millis(drain.deadline_ms)
                 .map(|at| at.to_rfc3339());
-            Ok(Json(json!({
+            let body = json!({
                 "message": "OK", "result": Outcome::Draining, "sessions": drain.sessions,
                 "deadline": deadline,
-            }))
-            .into_response())
+            });
+            Ok((Outcome::Draining, Json(body).into_response()))
         }
         "remove" => {
             let removal = ctx.admin.remove(&cmd.address).await?;
-            Ok(Json(json!({
+            let body = json!({
                 "message": "OK", "result": Outcome::Removed,
                 "sessions": removal.sessions, "archived": removal.archived,
-            }))
-            .into_response())
+            });
+            Ok((Outcome::Removed, Json(body).into_response()))
         }
         other => Err(ApiError::bad_request(
             "unknown_action",

@@ -509,6 +509,19 @@ impl NodeCleaner {
     /// Raises the fence on a node and waits until every live replica has
     /// closed its gate to it.
     async fn raise_and_wait(&self, addr: &str, reason: FenceReason) -> Result<u64, CleanError> {
+        let started = std::time::Instant::now();
+        let raised = self.raise_and_wait_acks(addr, reason).await;
+        let outcome = if raised.is_ok() { "acked" } else { "failed" };
+        metrics::histogram!("nodes_control_fence_wait_seconds", "outcome" => outcome)
+            .record(started.elapsed().as_secs_f64());
+        raised
+    }
+
+    async fn raise_and_wait_acks(
+        &self,
+        addr: &str,
+        reason: FenceReason,
+    ) -> Result<u64, CleanError> {
         let seq = self
             .store
             .raise_fence(addr, now_ms() + LOCK_TTL_MS as i64, reason)

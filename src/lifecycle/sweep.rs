@@ -87,6 +87,14 @@ impl Sweeper {
     /// fence past its deadline in real time), then archive every session
     /// expired by `now_ms`.
     pub async fn sweep_once(&self, now_ms: i64) -> Result<SweepReport, StoreError> {
+        let started = std::time::Instant::now();
+        let report = self.sweep_at(now_ms).await;
+        metrics::histogram!("nodes_control_sweep_duration_seconds")
+            .record(started.elapsed().as_secs_f64());
+        report
+    }
+
+    async fn sweep_at(&self, now_ms: i64) -> Result<SweepReport, StoreError> {
         let mut report = SweepReport::default();
         let wall = wall_ms();
         for (node, fence) in self.store.fences().await? {

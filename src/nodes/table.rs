@@ -53,6 +53,37 @@ pub struct NodeEntry {
     instance: std::sync::Mutex<Option<String>>,
     /// Connections for presses, made on first use (plain HTTP nodes).
     press_pool: std::sync::OnceLock<super::pool::PressPool>,
+    /// This node's press metrics, registered once.
+    pub metrics: NodeMetrics,
+}
+
+/// Presses forwarded to one node and how long they took, by `address` and
+/// `name`: handles registered with the entry, so a press only bumps them.
+#[derive(Debug)]
+pub struct NodeMetrics {
+    pub served: metrics::Counter,
+    pub failed: metrics::Counter,
+    pub duration: metrics::Histogram,
+}
+
+impl NodeMetrics {
+    fn new(address: &str, name: &str) -> Self {
+        let labels = |outcome: &'static str| {
+            [
+                ("address", address.to_owned()),
+                ("name", name.to_owned()),
+                ("outcome", outcome.to_owned()),
+            ]
+        };
+        Self {
+            served: metrics::counter!("nodes_control_node_presses_total", &labels("ok")),
+            failed: metrics::counter!("nodes_control_node_presses_total", &labels("error")),
+            duration: metrics::histogram!(
+                "nodes_control_node_press_duration_seconds",
+                &[("address", address.to_owned()), ("name", name.to_owned())]
+            ),
+        }
+    }
 }
 
 impl NodeEntry {
@@ -77,6 +108,7 @@ impl NodeEntry {
             probe_backoff_ms: AtomicU64::new(0),
             instance: std::sync::Mutex::new(record.instance.clone()),
             press_pool: std::sync::OnceLock::new(),
+            metrics: NodeMetrics::new(&record.address, &record.name),
         })
     }
 

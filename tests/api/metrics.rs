@@ -55,7 +55,7 @@ async fn every_family_is_described_and_counters_are_there_before_their_first_eve
 }
 
 #[tokio::test]
-async fn a_removed_node_leaves_the_metrics_and_a_node_is_labelled_by_address_and_name() {
+async fn a_removed_node_s_gauges_leave_the_metrics_and_its_series_carry_address_and_name() {
     let balancer = BalancerProcess::start(&[], std::process::Stdio::null()).await;
     let node = TestNode::start("m1", false);
     balancer.node("add", &node.address).await;
@@ -68,11 +68,39 @@ async fn a_removed_node_leaves_the_metrics_and_a_node_is_labelled_by_address_and
         assert!(tokio::time::Instant::now() < deadline, "never saw {series}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // A press is counted and timed per node; the add per admin action.
+    assert_eq!(
+        balancer.press(&common::unique("metered")).await.status(),
+        200
+    );
+    let text = balancer.metrics().await;
+    let pressed = format!(
+        "nodes_control_node_presses_total{{address=\"{}\",name=\"m1\",outcome=\"ok\"}} 1",
+        node.address
+    );
+    assert!(text.contains(&pressed), "no {pressed}:\n{text}");
+    assert!(
+        text.contains("nodes_control_node_press_duration_seconds_count{"),
+        "{text}"
+    );
+    assert!(
+        text.contains("nodes_control_admin_operations_total{action=\"add\",result=\"added\"} 1"),
+        "{text}"
+    );
     balancer.node("remove", &node.address).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
+        // Its state gauges go (no down alert for a node removed on
+        // purpose); its counters stay, as counters do.
         let text = balancer.metrics().await;
-        if !text.contains(&node.address) {
+        let gauges = [
+            "nodes_control_node_healthy{",
+            "nodes_control_node_in_flight{",
+        ];
+        let left = text
+            .lines()
+            .any(|l| gauges.iter().any(|g| l.starts_with(g)) && l.contains(&node.address));
+        if !left {
             break;
         }
         assert!(
