@@ -116,11 +116,6 @@ fn describe() {
         Unit::Count,
         "Presses forwarded to a node, by address, name and outcome (ok, error)."
     );
-    describe_histogram!(
-        "nodes_control_node_press_duration_seconds",
-        Unit::Seconds,
-        "Time a node took to answer a press, by address and name."
-    );
     describe_counter!(
         "nodes_control_process_requests_total",
         Unit::Count,

@@ -273,10 +273,8 @@ impl SessionService {
         if !entry.serves_presses() {
             return Attempt::Abandoned;
         }
-        let started = std::time::Instant::now();
         tokio::select! {
             result = self.client.press(entry, id) => {
-                entry.metrics.duration.record(started.elapsed().as_secs_f64());
                 match result {
                     Ok(count) => {
                         entry.metrics.served.increment(1);

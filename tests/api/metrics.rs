@@ -80,10 +80,6 @@ async fn a_removed_node_s_gauges_leave_the_metrics_and_its_series_carry_address_
     );
     assert!(text.contains(&pressed), "no {pressed}:\n{text}");
     assert!(
-        text.contains("nodes_control_node_press_duration_seconds_count{"),
-        "{text}"
-    );
-    assert!(
         text.contains("nodes_control_admin_operations_total{action=\"add\",result=\"added\"} 1"),
         "{text}"
     );
