@@ -1,5 +1,5 @@
 # Common runs. `make up` is the docker compose stack without Docker.
-.PHONY: up down test lint fmt bench-sweep bench-press agents sessions compare
+.PHONY: up down test e2e lint fmt bench-sweep bench-press agents sessions compare
 
 up:
 	bash scripts/up.sh
@@ -9,6 +9,11 @@ down:
 
 test:
 	cargo test --workspace
+
+# The status page in headless Chromium and schemathesis against /openapi.json,
+# on a stack of its own (see e2e/run.sh; CI runs it after the tests).
+e2e:
+	bash e2e/run.sh
 
 lint:
 	cargo fmt --all --check

@@ -82,7 +82,7 @@ impl NodeEvent {
 }
 
 /// An event as `GET /events` shows it.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct EventRecord {
     pub id: i64,
     pub at: DateTime<Utc>,

@@ -41,7 +41,7 @@ pub struct Placed {
 }
 
 /// A placement as `GET /sessions/{id}` shows it.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct PlacementRecord {
     pub at: DateTime<Utc>,
     pub node: String,

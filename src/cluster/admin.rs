@@ -51,7 +51,7 @@ pub enum AdminError {
 }
 
 /// A node as `GET /nodes` shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct NodeView {
     pub address: String,
     pub name: String,
@@ -66,7 +66,7 @@ pub struct NodeView {
 }
 
 /// What an admin command did, as its answer says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Outcome {
     Added,

@@ -4,7 +4,6 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
 
 use crate::archive::ArchiveError;
 use crate::cluster::AdminError;
@@ -77,14 +76,24 @@ impl ApiError {
     }
 }
 
+/// The body of every error answer.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong, for a person.
+    pub error: String,
+    /// What went wrong, for a program: `invalid_session_id`, `unauthorized`,
+    /// `redis_unavailable`, ... (the README's error table).
+    pub code: &'static str,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        let mut response = (
-            status,
-            Json(json!({ "error": self.to_string(), "code": code })),
-        )
-            .into_response();
+        let body = ErrorBody {
+            error: self.to_string(),
+            code,
+        };
+        let mut response = (status, Json(body)).into_response();
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 axum::http::header::WWW_AUTHENTICATE,

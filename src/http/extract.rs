@@ -107,3 +107,33 @@ where
         }
     }
 }
+
+/// Query parameters; ones that do not parse are a JSON 400 `invalid_query`
+/// (axum's own rejection is plain text).
+pub struct QueryParams<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(params)| QueryParams(params))
+            .map_err(|rejection| ApiError::bad_request("invalid_query", rejection.body_text()))
+    }
+}
+
+/// Path parameters; ones that do not decode (bad percent-encoding, not
+/// UTF-8) are a JSON 400 `invalid_path`.
+pub struct PathParams<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for PathParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Path(params)| PathParams(params))
+            .map_err(|rejection| ApiError::bad_request("invalid_path", rejection.body_text()))
+    }
+}

@@ -6,10 +6,12 @@ mod error;
 mod extract;
 mod health;
 mod nodes;
+pub mod openapi;
 mod press;
 mod process;
 pub mod server;
 mod sessions;
+mod status;
 mod wire;
 
 use std::sync::Arc;
@@ -78,6 +80,8 @@ pub fn router(ctx: ApiContext) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
+        .route("/openapi.json", get(openapi::openapi_json))
+        .route("/status", get(status::page))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(axum::middleware::from_fn_with_state(ctx.clone(), deadline))

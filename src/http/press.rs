@@ -3,16 +3,30 @@ use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use metrics::{Counter, Histogram};
 use serde::Deserialize;
-use serde_json::json;
 
+use super::error::ErrorBody;
 use super::extract::JsonBody;
 use super::{ApiContext, ApiError, Services};
 use crate::session::{Pressed, SessionId, SessionIdError};
 
-#[derive(Deserialize)]
+/// `POST /press`'s body.
+#[derive(Deserialize, utoipa::ToSchema)]
 pub struct PressRequest {
+    /// The session's id: 1 to 255 bytes of UTF-8, no control characters
+    /// and no invisible format characters (bidi controls, zero-width).
     #[serde(default)]
+    #[schema(value_type = String, min_length = 1, max_length = 255, example = "u1")]
     pub session_id: IdField,
+}
+
+/// A press's answer with `Accept: application/json`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct PressAnswer<'a> {
+    pub session_id: &'a str,
+    /// The session's count after this press.
+    pub clicks: i64,
+    /// `You clicked N times`, the plain answer.
+    pub message: String,
 }
 
 /// `session_id` as sent. A missing id or one that is not a string is an
@@ -111,12 +125,13 @@ impl Answer {
     pub fn body(&self, json: bool) -> (&'static str, Vec<u8>) {
         let clicks = self.pressed.clicks;
         if json {
-            let body = json!({
-                "session_id": self.id.as_str(),
-                "clicks": clicks,
-                "message": format!("You clicked {clicks} times"),
-            });
-            ("application/json", body.to_string().into_bytes())
+            let body = PressAnswer {
+                session_id: self.id.as_str(),
+                clicks,
+                message: format!("You clicked {clicks} times"),
+            };
+            let body = serde_json::to_vec(&body).expect("a struct of strings and a number");
+            ("application/json", body)
         } else {
             (
                 "text/plain; charset=utf-8",
@@ -157,6 +172,24 @@ pub async fn press_session(ctx: &Services, session_id: IdField) -> Result<Answer
 
 /// `POST /press {"session_id":..}` -> `You clicked N times`. The listener
 /// serves plain presses itself (`server`); this is the path of the rest.
+#[utoipa::path(
+    post, path = "/press", tag = "sessions",
+    request_body(content = PressRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Counted: the session's count after this press; JSON with `Accept: application/json`",
+            headers(("x-served-by" = String, description = "The node's name")),
+            content(
+                (String = "text/plain", example = "You clicked 1 times"),
+                (PressAnswer = "application/json"),
+            )),
+        (status = 400, description = "`invalid_json`, `invalid_session_id`, `bad_body`, `transfer_encoding_refused`", body = ErrorBody),
+        (status = 408, description = "`body_timeout`: the body did not arrive within `BODY_READ_TIMEOUT_MS`", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`: more than 4096 bytes", body = ErrorBody),
+        (status = 415, description = "`unsupported_media_type`: not `application/json` in UTF-8", body = ErrorBody),
+        (status = 503, description = "`no_node_available`, `nodes_failed`, `redis_unavailable`, `archive_unavailable`, `clean_failed`, `node_busy`, `failover_incomplete`, `registry_rebuilding`, `replica_not_ready`, `press_timeout`: nothing was counted; try again", body = ErrorBody),
+        (status = 504, description = "`request_timeout`: past `REQUEST_TIMEOUT_MS`", body = ErrorBody),
+    )
+)]
 pub async fn press(
     State(ctx): State<ApiContext>,
     headers: HeaderMap,

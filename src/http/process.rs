@@ -1,11 +1,13 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use axum::extract::{ConnectInfo, Query, State};
+use axum::extract::{ConnectInfo, State};
 use axum::http::{header, Uri};
 use axum::response::{IntoResponse, Response};
 use balancing::StrategyKind;
 
+use super::error::ErrorBody;
+use super::extract::QueryParams;
 use super::{ApiContext, ApiError};
 
 /// Longest `/process/{req_id}` path passed on to a node, in bytes.
@@ -16,10 +18,29 @@ pub const MAX_REQUEST_ID: usize = 128;
 pub const MAX_PROCESS_QUERY: usize = 2048;
 
 /// `GET /process/{req_id}?user_id=N`: routed statelessly by `STRATEGY`.
+#[utoipa::path(
+    get, path = "/process/{req_id}", tag = "sessions",
+    params(
+        ("req_id" = String, Path, description = "1 to 128 letters, digits, `-`, `.`, `_` or `~`", pattern = "^[A-Za-z0-9._~-]{1,128}$"),
+        ("user_id" = Option<String>, Query, description = "The key of hashing strategies (default: the request id)"),
+    ),
+    responses(
+        (status = 200, description = "The node's answer, passed on with its content type",
+            headers(("x-served-by" = String, description = "The node's name")),
+            content(
+                (Object = "application/json"),
+                (String = "text/plain"),
+            )),
+        (status = 400, description = "`invalid_request_id`, `invalid_query`", body = ErrorBody),
+        (status = 414, description = "`uri_too_long`: path over 1024 or query over 2048 bytes", body = ErrorBody),
+        (status = 503, description = "`no_node_available`, `nodes_failed`", body = ErrorBody),
+        (status = 504, description = "`request_timeout`", body = ErrorBody),
+    )
+)]
 pub async fn process(
     State(ctx): State<ApiContext>,
     ConnectInfo(client): ConnectInfo<SocketAddr>,
-    Query(query): Query<HashMap<String, String>>,
+    QueryParams(query): QueryParams<HashMap<String, String>>,
     uri: Uri,
 ) -> Result<Response, ApiError> {
     // Checked before anything is sent: a request we could not forward is
