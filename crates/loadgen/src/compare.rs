@@ -89,7 +89,9 @@ fn write(comparison: &Comparison, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::write(&json, serde_json::to_string_pretty(comparison)?)?;
     let md = dir.join("compare.md");
     std::fs::write(&md, markdown(comparison))?;
-    Ok(vec![json, md])
+    let chart = dir.join("compare.png");
+    crate::plot::comparison(&chart, &comparison.strategies)?;
+    Ok(vec![json, md, chart])
 }
 
 pub fn markdown(comparison: &Comparison) -> String {
@@ -110,11 +112,9 @@ pub fn markdown(comparison: &Comparison) -> String {
             r.errors
         ));
     }
-    md.push('\n');
-    for r in &comparison.strategies {
-        md.push_str(&format!("![{0}](distribution_{0}.png) ", r.label));
-    }
-    md.push('\n');
+    md.push_str("\n![requests per node and response times, by strategy](compare.png)\n\n");
+    md.push_str("Each strategy's own charts and report: `distribution_<strategy>.png`, ");
+    md.push_str("`latency_<strategy>.png`, `<strategy>.md`.\n");
     md
 }
 

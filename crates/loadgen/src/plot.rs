@@ -10,6 +10,8 @@ use plotters::style::FontStyle;
 
 /// Width and height of every chart, in pixels.
 pub const PNG_SIZE: (u32, u32) = (900, 540);
+/// Width and height of the comparison chart (two panels).
+pub const COMPARE_PNG_SIZE: (u32, u32) = (1100, 760);
 const FONT: &str = "sans-serif";
 
 fn register_font() {
@@ -42,35 +44,244 @@ pub fn distribution(
     )
 }
 
-/// Histogram of latencies in ms: 30 buckets up to the 99th percentile, the
-/// slower tail gathered in the last bucket.
+/// Histogram of latencies in ms on a log scale from the fastest to the
+/// slowest answer, so neither a tight body nor a long tail hides the other
+/// (and nothing is gathered into an overflow bar); p50, p99 and max marked.
 pub fn latency(path: &Path, title: &str, samples_ms: &[f64]) -> anyhow::Result<()> {
-    const BUCKETS: usize = 30;
-    let mut sorted = samples_ms.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let top = crate::stats::percentile(&sorted, 99.0).max(0.001);
-    let width = top / (BUCKETS - 1) as f64;
-    let mut counts = vec![0u64; BUCKETS];
-    for s in &sorted {
-        counts[((s / width) as usize).min(BUCKETS - 1)] += 1;
-    }
-    let labels: Vec<String> = (0..BUCKETS)
-        .map(|i| {
-            if i == BUCKETS - 1 {
-                format!(">{:.1}", i as f64 * width)
-            } else {
-                format!("{:.1}", i as f64 * width)
-            }
-        })
+    register_font();
+    let mut sorted: Vec<f64> = samples_ms
+        .iter()
+        .copied()
+        .filter(|s| s.is_finite())
         .collect();
-    bars(
-        path,
-        title,
-        "response time (ms, bucket start)",
-        "requests",
-        &labels,
-        &counts,
-    )
+    sorted.sort_by(f64::total_cmp);
+    let root = BitMapBackend::new(path, PNG_SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(draw_error)?;
+    if sorted.is_empty() {
+        root.draw(&Text::new(
+            "no data",
+            (PNG_SIZE.0 as i32 / 2 - 30, PNG_SIZE.1 as i32 / 2),
+            (FONT, 22),
+        ))
+        .map_err(draw_error)?;
+        root.present().map_err(draw_error)?;
+        return Ok(());
+    }
+    let (edges, counts) = log_buckets(&sorted, LATENCY_BUCKETS);
+    let (lo, hi) = (edges[0], edges[edges.len() - 1]);
+    let y_max = counts.iter().copied().max().unwrap_or(1).max(1) as f64 * 1.2;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(format!("{title} ({} answers)", sorted.len()), (FONT, 24))
+        .margin(16)
+        .x_label_area_size(56)
+        .y_label_area_size(70)
+        .build_cartesian_2d((lo..hi).log_scale(), 0f64..y_max)
+        .map_err(draw_error)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_desc("response time (ms, log scale)")
+        .y_desc("answers")
+        .x_label_formatter(&|x| short_ms(*x))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 16))
+        .draw()
+        .map_err(draw_error)?;
+    chart
+        .draw_series(counts.iter().enumerate().map(|(i, &count)| {
+            Rectangle::new(
+                [(edges[i], 0.0), (edges[i + 1], count as f64)],
+                BLUE.mix(0.7).filled(),
+            )
+        }))
+        .map_err(draw_error)?;
+    let marks = [
+        (
+            "p50",
+            crate::stats::percentile(&sorted, 50.0),
+            GREEN.mix(0.9),
+        ),
+        (
+            "p99",
+            crate::stats::percentile(&sorted, 99.0),
+            RGBColor(230, 120, 0).mix(0.9),
+        ),
+        ("max", sorted[sorted.len() - 1], RED.mix(0.9)),
+    ];
+    for (row, (name, at, colour)) in marks.into_iter().enumerate() {
+        let at = at.clamp(lo, hi);
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(at, 0.0), (at, y_max * 0.97)],
+                colour.stroke_width(2),
+            )))
+            .map_err(draw_error)?;
+        // Labels on their own rows, so close marks do not overwrite each other.
+        chart
+            .draw_series(std::iter::once(Text::new(
+                format!("{name} {}", short_ms(at)),
+                (at, y_max * (0.97 - 0.06 * row as f64)),
+                (FONT, 15).into_font().color(&colour),
+            )))
+            .map_err(draw_error)?;
+    }
+    root.present().map_err(draw_error)?;
+    Ok(())
+}
+
+const LATENCY_BUCKETS: usize = 40;
+
+/// `n` buckets with geometric edges from the smallest to the largest sample
+/// (at least a microsecond, at least a factor 2 wide in all); every sample
+/// falls in one.
+fn log_buckets(sorted: &[f64], n: usize) -> (Vec<f64>, Vec<u64>) {
+    let lo = sorted[0].max(0.001);
+    let hi = sorted[sorted.len() - 1].max(lo * 2.0);
+    let ratio = (hi / lo).powf(1.0 / n as f64);
+    let edges: Vec<f64> = (0..=n).map(|i| lo * ratio.powi(i as i32)).collect();
+    let mut counts = vec![0u64; n];
+    for &s in sorted {
+        let i = ((s.max(lo) / lo).ln() / ratio.ln()) as usize;
+        counts[i.min(n - 1)] += 1;
+    }
+    (edges, counts)
+}
+
+/// `0.25 ms`, `3.1 ms`, `120 ms`, `2.5 s`.
+fn short_ms(ms: f64) -> String {
+    if ms >= 1000.0 {
+        format!("{:.1} s", ms / 1000.0)
+    } else if ms >= 100.0 {
+        format!("{ms:.0} ms")
+    } else if ms >= 1.0 {
+        format!("{ms:.1} ms")
+    } else {
+        format!("{ms:.2} ms")
+    }
+}
+
+/// One chart of a comparison: requests per node for every strategy, side by
+/// side (one colour per node), and each strategy's p50 and p99 below.
+pub fn comparison(path: &Path, reports: &[crate::report::Report]) -> anyhow::Result<()> {
+    register_font();
+    let root = BitMapBackend::new(path, COMPARE_PNG_SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(draw_error)?;
+    let (top, bottom) = root.split_vertically(480);
+    let nodes: Vec<&String> = {
+        let mut all: Vec<&String> = reports.iter().flat_map(|r| r.nodes.keys()).collect();
+        all.sort();
+        all.dedup();
+        all
+    };
+    let groups = reports.len().max(1) as f64;
+    let per_group = nodes.len().max(1) as f64;
+    let y_max = reports
+        .iter()
+        .flat_map(|r| r.nodes.values())
+        .copied()
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64
+        * 1.2;
+    let labels: Vec<String> = reports.iter().map(|r| r.label.clone()).collect();
+    let mut chart = ChartBuilder::on(&top)
+        .caption("Requests per node, by strategy", (FONT, 24))
+        .margin(16)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..groups, 0f64..y_max)
+        .map_err(draw_error)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(reports.len() * 2 + 1)
+        .x_label_formatter(&|x| group_label(&labels, *x))
+        .y_desc("requests")
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 16))
+        .draw()
+        .map_err(draw_error)?;
+    let width = 0.8 / per_group;
+    for (j, node) in nodes.iter().enumerate() {
+        let colour = Palette99::pick(j).mix(0.85);
+        chart
+            .draw_series(reports.iter().enumerate().map(|(i, r)| {
+                let x = i as f64 + 0.1 + j as f64 * width;
+                let v = r.nodes.get(*node).copied().unwrap_or(0) as f64;
+                Rectangle::new([(x, 0.0), (x + width * 0.9, v)], colour.filled())
+            }))
+            .map_err(draw_error)?
+            .label(node.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 12, y + 6)], colour.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK.mix(0.3))
+        .label_font((FONT, 14))
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(draw_error)?;
+
+    let l_max = reports
+        .iter()
+        .map(|r| r.p99_ms)
+        .fold(0.0f64, f64::max)
+        .max(0.001)
+        * 1.25;
+    let mut chart = ChartBuilder::on(&bottom)
+        .caption("Response times, by strategy", (FONT, 20))
+        .margin(16)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..groups, 0f64..l_max)
+        .map_err(draw_error)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(reports.len() * 2 + 1)
+        .x_label_formatter(&|x| group_label(&labels, *x))
+        .y_desc("ms")
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 16))
+        .draw()
+        .map_err(draw_error)?;
+    let series: [(&str, fn(&crate::report::Report) -> f64, RGBColor); 2] = [
+        ("p50", |r| r.p50_ms, RGBColor(60, 120, 200)),
+        ("p99", |r| r.p99_ms, RGBColor(230, 120, 0)),
+    ];
+    for (j, (name, value, colour)) in series.into_iter().enumerate() {
+        chart
+            .draw_series(reports.iter().enumerate().map(|(i, r)| {
+                let x = i as f64 + 0.15 + j as f64 * 0.35;
+                Rectangle::new([(x, 0.0), (x + 0.32, value(r))], colour.filled())
+            }))
+            .map_err(draw_error)?
+            .label(name)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 12, y + 6)], colour.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK.mix(0.3))
+        .label_font((FONT, 14))
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(draw_error)?;
+    root.present().map_err(draw_error)?;
+    Ok(())
+}
+
+/// The group's name under the middle of its group, nothing elsewhere.
+fn group_label(labels: &[String], x: f64) -> String {
+    let i = x.floor() as usize;
+    if ((x - x.floor()) - 0.5).abs() < 1e-6 && i < labels.len() {
+        labels[i].clone()
+    } else {
+        String::new()
+    }
 }
 
 fn bars(
@@ -155,4 +366,50 @@ fn bars(
     }
     root.present().map_err(draw_error)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_buckets_hold_every_sample_from_the_fastest_to_the_slowest() {
+        // A tight body and a tail a thousand times slower (the linear chart
+        // put it all in one bar and an unlabelled overflow).
+        let mut samples: Vec<f64> = (0..10_000).map(|i| 0.4 + (i % 100) as f64 * 0.01).collect();
+        samples.extend([120.0, 397.0]);
+        samples.sort_by(f64::total_cmp);
+        let (edges, counts) = log_buckets(&samples, 40);
+        assert_eq!(counts.iter().sum::<u64>(), samples.len() as u64);
+        assert_eq!(edges.len(), 41);
+        assert!(edges.windows(2).all(|w| w[0] < w[1]));
+        assert!((edges[0] - 0.4).abs() < 1e-9);
+        assert!(edges[40] >= 397.0 * (1.0 - 1e-9));
+        assert_eq!(
+            counts[39], 1,
+            "the slowest answer has its own bar at the right"
+        );
+        assert!(
+            counts[..20].iter().sum::<u64>() >= 10_000,
+            "the body sits left"
+        );
+    }
+
+    #[test]
+    fn one_sample_or_equal_samples_still_make_buckets() {
+        let (edges, counts) = log_buckets(&[2.0, 2.0], 10);
+        assert_eq!(counts.iter().sum::<u64>(), 2);
+        assert!(edges[10] > edges[0]);
+        let (_, counts) = log_buckets(&[0.0], 10);
+        assert_eq!(counts.iter().sum::<u64>(), 1);
+    }
+
+    #[test]
+    fn the_latency_chart_is_drawn_for_a_long_tail() {
+        let path = std::env::temp_dir().join(format!("latency-{}.png", std::process::id()));
+        let samples: Vec<f64> = (1..2000).map(|i| 0.5 + (i as f64).powi(3) / 2e7).collect();
+        latency(&path, "test", &samples).unwrap();
+        assert!(std::fs::metadata(&path).unwrap().len() > 1000);
+        let _ = std::fs::remove_file(&path);
+    }
 }

@@ -48,12 +48,16 @@ fn options(url: &str, label: &str, out_dir: &Path) -> AgentsOptions {
 }
 
 fn assert_png(path: &Path) {
+    assert_png_of(path, PNG_SIZE);
+}
+
+fn assert_png_of(path: &Path, size: (u32, u32)) {
     let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path).unwrap()));
     let reader = decoder
         .read_info()
         .unwrap_or_else(|e| panic!("{} is not a PNG: {e}", path.display()));
     let info = reader.info();
-    assert_eq!((info.width, info.height), PNG_SIZE, "{}", path.display());
+    assert_eq!((info.width, info.height), size, "{}", path.display());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -249,5 +253,10 @@ async fn compare_deletes_the_redis_keys_of_the_balancers_it_started() {
         .await
         .unwrap();
     assert!(left.is_empty(), "{} keys left: {left:?}", left.len());
+    // One grouped chart for the comparison, the one compare.md shows.
+    assert_png_of(&out.join("compare.png"), loadgen::plot::COMPARE_PNG_SIZE);
+    let md = std::fs::read_to_string(out.join("compare.md")).unwrap();
+    assert_eq!(md.matches("![").count(), 1, "{md}");
+    assert!(md.contains("](compare.png)"), "{md}");
     let _ = std::fs::remove_dir_all(&out);
 }
