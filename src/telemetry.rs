@@ -137,6 +137,11 @@ fn describe() {
         "Time from raising a node's clean fence to every live replica's ack, by outcome (acked, failed)."
     );
     describe_histogram!(
+        "nodes_control_redis_call_duration_seconds",
+        Unit::Seconds,
+        "Time one Redis call of the balancer took: a command, a script or a pipeline (failures included)."
+    );
+    describe_histogram!(
         "nodes_control_postgres_call_duration_seconds",
         Unit::Seconds,
         "Time one Postgres call of the balancer took (timeouts included)."

@@ -27,6 +27,7 @@ mod fences;
 pub mod lock;
 mod nodes;
 mod sessions;
+mod timed;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -67,7 +68,7 @@ impl<T> Context<T> for redis::RedisResult<T> {
 pub struct SessionStore {
     /// For the pub/sub connection, which cannot be multiplexed.
     client: redis::Client,
-    conn: ConnectionManager,
+    conn: timed::TimedConnection,
     prefix: std::sync::Arc<str>,
     scripts: std::sync::Arc<Scripts>,
     /// Node number -> address, filled on first sight: a number is never
@@ -103,6 +104,7 @@ impl SessionStore {
             .set_max_delay(Duration::from_millis(500));
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
             .context("creating the Redis connection manager")?;
+        let conn = timed::TimedConnection::new(conn);
         Ok(Self {
             client,
             conn,
@@ -146,7 +148,7 @@ impl SessionStore {
             .context("pinging Redis")
     }
 
-    fn conn(&self) -> ConnectionManager {
+    fn conn(&self) -> timed::TimedConnection {
         self.conn.clone()
     }
 

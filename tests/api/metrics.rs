@@ -83,6 +83,20 @@ async fn a_removed_node_s_gauges_leave_the_metrics_and_its_series_carry_address_
         text.contains("nodes_control_admin_operations_total{action=\"add\",result=\"added\"} 1"),
         "{text}"
     );
+    // The new session's placement went to Redis and its fold to Postgres.
+    for family in [
+        "nodes_control_redis_call_duration_seconds",
+        "nodes_control_postgres_call_duration_seconds",
+    ] {
+        let count = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{family}_count ")))
+            .unwrap_or_else(|| panic!("no {family}:\n{text}"));
+        assert!(
+            count.trim().parse::<u64>().unwrap() > 0,
+            "{family}: {count}"
+        );
+    }
     balancer.node("remove", &node.address).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
