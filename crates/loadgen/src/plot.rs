@@ -248,7 +248,7 @@ pub fn comparison(path: &Path, reports: &[crate::report::Report]) -> anyhow::Res
         .axis_desc_style((FONT, 16))
         .draw()
         .map_err(draw_error)?;
-    let series: [(&str, fn(&crate::report::Report) -> f64, RGBColor); 2] = [
+    let series: [(&str, PickMs, RGBColor); 2] = [
         ("p50", |r| r.p50_ms, RGBColor(60, 120, 200)),
         ("p99", |r| r.p99_ms, RGBColor(230, 120, 0)),
     ];
@@ -273,6 +273,9 @@ pub fn comparison(path: &Path, reports: &[crate::report::Report]) -> anyhow::Res
     root.present().map_err(draw_error)?;
     Ok(())
 }
+
+/// One latency figure of a report.
+type PickMs = fn(&crate::report::Report) -> f64;
 
 /// The group's name under the middle of its group, nothing elsewhere.
 fn group_label(labels: &[String], x: f64) -> String {
