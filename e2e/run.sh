@@ -3,8 +3,9 @@
 # a Redis of its own and Postgres reached through a proxy this script can
 # cut): the status page in headless Chromium, then schemathesis on
 # /openapi.json, first healthy, then with Redis, Postgres and every node
-# gone; last, every documented status must have been reached (or be listed,
-# with the test that proves it, in e2e/unreached.txt).
+# gone, each phase with fixed probes (e2e/probes.py) beside the random
+# cases; last, every documented status must have been reached (or be
+# listed, with the test that proves it, in e2e/unreached.txt).
 #
 # Needs: python3 with venv, redis-server, Postgres on 127.0.0.1:5432,
 # Debian's chromium and chromium-driver (installed when missing and root).
@@ -72,6 +73,8 @@ echo "== the status page in headless Chromium"
     --screenshot "$work/status.png"
 
 curl -fsS "$base/openapi.json" >"$work/openapi.json"
+echo "== fixed probes, healthy stack"
+python3 e2e/probes.py "$base" "$token" healthy "$work/probes-healthy.har"
 schemathesis() {
     "$venv/bin/schemathesis" run "$base/openapi.json" -H "Authorization: Bearer $token" \
         --no-color --generation-database none --seed 1 --report har "$@"
@@ -84,6 +87,8 @@ echo "== schemathesis, Redis, Postgres and every node gone"
 kill "$(cat "$work/redis.pid")" "$(cat "$work/proxy.pid")"
 for pid in "$work"/run/n*.pid; do kill "$(cat "$pid")"; done
 sleep 1
+echo "== fixed probes, outage"
+python3 e2e/probes.py "$base" "$token" outage "$work/probes-outage.har"
 # 503 is the documented answer to an outage, so no not_a_server_error here;
 # an undocumented status (a 500) still fails status_code_conformance.
 schemathesis --checks status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
@@ -91,4 +96,5 @@ schemathesis --checks status_code_conformance,content_type_conformance,response_
 
 echo "== documented statuses reached"
 python3 e2e/statuses.py "$work/openapi.json" "$work/healthy.har" "$work/outage.har" \
+    "$work/probes-healthy.har" "$work/probes-outage.har" \
     --allow-unreached e2e/unreached.txt

@@ -14,6 +14,7 @@ import time
 import urllib.request
 
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -45,7 +46,9 @@ def main():
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,720"):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
-    wait = WebDriverWait(driver, 15, poll_frequency=0.2)
+    # The page redraws its table on every poll, so an element found a moment
+    # ago may be gone: that is a retry, not a failure.
+    wait = WebDriverWait(driver, 15, poll_frequency=0.2, ignored_exceptions=[StaleElementReferenceException])
     try:
         driver.get(base + "/status")
         # It asks for the token once.

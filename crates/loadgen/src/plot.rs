@@ -117,12 +117,23 @@ pub fn latency(path: &Path, title: &str, samples_ms: &[f64]) -> anyhow::Result<(
                 colour.stroke_width(2),
             )))
             .map_err(draw_error)?;
-        // Labels on their own rows, so close marks do not overwrite each other.
+        // Labels on their own rows, so close marks do not overwrite each
+        // other, beside the line on the side with room.
+        use plotters::style::text_anchor::{HPos, Pos, VPos};
+        let right_half = (at / lo).ln() > (hi / lo).ln() / 2.0;
+        let (text, side) = if right_half {
+            (format!("{name} {} ", short_ms(at)), HPos::Right)
+        } else {
+            (format!(" {name} {}", short_ms(at)), HPos::Left)
+        };
         chart
             .draw_series(std::iter::once(Text::new(
-                format!("{name} {}", short_ms(at)),
+                text,
                 (at, y_max * (0.97 - 0.06 * row as f64)),
-                (FONT, 15).into_font().color(&colour),
+                (FONT, 15)
+                    .into_font()
+                    .color(&colour)
+                    .pos(Pos::new(side, VPos::Top)),
             )))
             .map_err(draw_error)?;
     }
@@ -230,7 +241,7 @@ pub fn comparison(path: &Path, reports: &[crate::report::Report]) -> anyhow::Res
         .map(|r| r.p99_ms)
         .fold(0.0f64, f64::max)
         .max(0.001)
-        * 1.25;
+        * 1.5;
     let mut chart = ChartBuilder::on(&bottom)
         .caption("Response times, by strategy", (FONT, 20))
         .margin(16)
