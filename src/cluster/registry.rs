@@ -132,7 +132,9 @@ impl NodeRegistry {
 
     /// Brings a down node that answers its health check back: its sessions
     /// are unmapped (they restore from the archive), it is wiped with
-    /// `/clean archive=false` (its counts are stale), then it takes traffic.
+    /// `/clean archive=false` (its counts are stale), then it takes traffic,
+    /// unless an admin drained it before it went down: then it comes back
+    /// draining, so the drain still finishes (at once: it holds nothing).
     pub async fn recover(&self, addr: &str) -> Result<bool, CleanError> {
         let busy = CleanError::Busy {
             node: addr.to_owned(),
@@ -152,25 +154,32 @@ impl NodeRegistry {
                 }
             };
             let instance = this.client.health(addr).await.ok().and_then(|h| h.instance);
-            this.archive
-                .set_member_state(addr, NodeState::Up.as_str())
-                .await?;
+            let (state, reason) = match this.store.drain_until(addr).await? {
+                Some(_) => (
+                    NodeState::Draining,
+                    "answered its health checks again; its counts are stale: wiped; still draining",
+                ),
+                None => (
+                    NodeState::Up,
+                    "answered its health checks again; its counts are stale: wiped",
+                ),
+            };
+            this.archive.set_member_state(addr, state.as_str()).await?;
             this.store
                 .set_node_notes(addr, "", instance.as_deref())
                 .await?;
             if let Some(old) = this
                 .store
-                .set_node_state(addr, NodeState::Up, &[NodeState::Down])
+                .set_node_state(addr, state, &[NodeState::Down])
                 .await?
             {
-                let reason = "answered its health checks again; its counts are stale: wiped";
                 info!(
                     node = %addr, from = %old, sessions_dropped = dropped, reason,
                     "node recovered and wiped"
                 );
                 this.archive.record(
                     NodeEvent::new(Actor::HealthCheck, addr, "recovered")
-                        .states(Some(old.as_str()), Some("up"))
+                        .states(Some(old.as_str()), Some(state.as_str()))
                         .sessions(dropped as i64)
                         .reason(reason),
                 );

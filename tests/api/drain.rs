@@ -248,3 +248,58 @@ async fn a_drain_of_an_unknown_or_down_node_or_with_a_bad_deadline_is_refused() 
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn a_drained_node_that_goes_down_and_comes_back_is_still_drained_and_leaves() {
+    let app = spawn_app_with(test_config()).await; // health rounds every 200 ms
+    let mut nodes = start_nodes(&app, 2, false).await;
+    let mut on_drained = Vec::new();
+    for i in 0..10 {
+        let s = unique(&format!("downdrain{i}"));
+        if app.press(&s).await.served_by.as_deref() == Some(nodes[0].name.as_str()) {
+            on_drained.push(s);
+        }
+    }
+    assert!(!on_drained.is_empty());
+    let (status, body) = app
+        .node_command(json!({ "action": "drain", "address": nodes[0].address }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let address = nodes[0].address.clone();
+    let state = |listed: Vec<Value>| {
+        listed
+            .iter()
+            .find(|n| n["address"] == address.as_str())
+            .map(|n| n["state"].as_str().unwrap().to_owned())
+    };
+    // Down while draining: its sessions move to the other node.
+    nodes[0].kill();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while state(app.nodes().await).as_deref() != Some("down") {
+        assert!(tokio::time::Instant::now() < deadline, "never marked down");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Back, empty: the drain an admin asked for still stands, so it is
+    // not put back into service; it holds nothing, so the drain finishes.
+    nodes[0].restart();
+    node_gone(&app, &address, Duration::from_secs(15)).await;
+    let log = node_events(&app, &address, 4).await;
+    let recovered = log
+        .iter()
+        .find(|e| e["action"] == "recovered")
+        .unwrap_or_else(|| panic!("no recovery in {log:?}"));
+    assert_eq!(recovered["state_after"], "draining", "{recovered}");
+    assert_eq!(log[0]["action"], "removed", "{log:?}");
+    assert_eq!(log[0]["reason"], "drain finished: no session left");
+    // Nothing was placed on it in between, and no click was lost: each
+    // session carries on from the archive on the other node.
+    for s in &on_drained {
+        let answer = app.press(s).await;
+        assert_eq!(answer.served_by.as_deref(), Some(nodes[1].name.as_str()));
+        let clicks = answer.clicks();
+        assert!(
+            (1..=2).contains(&clicks),
+            "{s}: {clicks}, never above the truth"
+        );
+    }
+}
