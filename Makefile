@@ -1,5 +1,5 @@
 # Common runs. `make up` is the docker compose stack without Docker.
-.PHONY: up down test e2e lint fmt bench-sweep bench-press agents sessions compare
+.PHONY: up down test e2e lint fmt bench-sweep bench-press bench-capacity agents sessions compare
 
 up:
 	bash scripts/up.sh
@@ -31,6 +31,12 @@ bench-sweep:
 # ROUNDS, DURATION, CONNS, PIN). See bench/press-vs-peers.sh.
 bench-press:
 	bash bench/press-vs-peers.sh
+
+# The figures of the README's capacity plan: presses/s of one and two
+# replicas, Redis commands per press, per new session and per expiry, Redis
+# bytes per session (needs wrk, redis-server; see bench/capacity.sh).
+bench-capacity:
+	bash bench/capacity.sh
 
 # Load experiments against the stack of `make up` (results in results/).
 LOADGEN = ./target/release/loadgen

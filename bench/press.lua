@@ -20,7 +20,9 @@ end
 function init(args)
   math.randomseed(os.time())
   if new then
-    prefix = string.format("new-%d-%d-", os.time(), math.random(1e9))
+    -- Two wrk started in the same second draw the same random number:
+    -- NEW_TAG tells them apart.
+    prefix = string.format("new-%d-%d-%s", os.time(), math.random(1e9), os.getenv("NEW_TAG") or "")
   else
     for i = 1, pool do
       requests[i] = press(prefix .. i)
@@ -39,8 +41,8 @@ end
 function done(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
-    "RESULT rps=%.0f p50_ms=%.3f p99_ms=%.3f p999_ms=%.3f errors=%d\n",
-    summary.requests / (summary.duration / 1e6),
+    "RESULT requests=%d rps=%.0f p50_ms=%.3f p99_ms=%.3f p999_ms=%.3f errors=%d\n",
+    summary.requests, summary.requests / (summary.duration / 1e6),
     latency:percentile(50) / 1000, latency:percentile(99) / 1000,
     latency:percentile(99.9) / 1000,
     e.connect + e.read + e.write + e.status + e.timeout))
