@@ -12,6 +12,9 @@ pub struct Member {
     pub weight: i32,
     /// `up`, `down` or `draining`.
     pub state: String,
+    /// An admin drained it: it stays drained through a down spell (its
+    /// state is then `down`). Read only: set by [`Archive::set_member_draining`].
+    pub draining: bool,
     /// The instance id the node reported when it was last wiped, if any.
     pub instance: Option<String>,
     /// The token of the node's last wipe: its life.
@@ -65,6 +68,23 @@ impl Archive {
         .await
     }
 
+    /// Records an admin's drain: state `draining`, and the mark that
+    /// outlives a later `down`.
+    pub async fn set_member_draining(&self, address: &str) -> ArchiveResult<()> {
+        self.run("recording a node's drain in Postgres", async {
+            sqlx::query(
+                "UPDATE nodes SET state = 'draining', draining = true, updated_at = now()
+                 WHERE cluster = $1 AND address = $2",
+            )
+            .bind(self.cluster())
+            .bind(address)
+            .execute(self.pool())
+            .await
+            .map(drop)
+        })
+        .await
+    }
+
     pub async fn set_member_weight(&self, address: &str, weight: u32) -> ArchiveResult<()> {
         self.run("recording a node's weight in Postgres", async {
             sqlx::query(
@@ -96,7 +116,7 @@ impl Archive {
     pub async fn members(&self) -> ArchiveResult<Vec<Member>> {
         self.run("listing nodes in Postgres", async {
             sqlx::query_as(
-                "SELECT address, name, weight, state, instance, generation, number
+                "SELECT address, name, weight, state, draining, instance, generation, number
                  FROM nodes WHERE cluster = $1 ORDER BY address",
             )
             .bind(self.cluster())

@@ -215,6 +215,7 @@ impl NodeAdmin {
                     name: record.name.clone(),
                     weight: record.weight as i32,
                     state: state.as_str().to_owned(),
+                    draining: false,
                     instance: health.instance,
                     generation: 0,
                     number: 0,
@@ -294,9 +295,7 @@ impl NodeAdmin {
                 return Err(AdminError::DrainDown(addr.to_owned()));
             }
             let deadline_ms = crate::clock::wall_ms() + deadline.as_millis() as i64;
-            this.archive
-                .set_member_state(addr, NodeState::Draining.as_str())
-                .await?;
+            this.archive.set_member_draining(addr).await?;
             this.store.set_drain_until(addr, deadline_ms).await?;
             this.store
                 .set_node_state(

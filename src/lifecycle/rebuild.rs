@@ -133,6 +133,7 @@ impl Rebuilder {
                     name: record.name.clone(),
                     weight: record.weight as i32,
                     state: record.state.as_str().to_owned(),
+                    draining: false,
                     instance: None,
                     generation: 0,
                     number: 0,
@@ -167,7 +168,9 @@ impl Rebuilder {
                     .await?;
                 // A node that was draining has just archived every session:
                 // it goes on draining, with nothing left, so it is removed.
-                let draining = member.state == NodeState::Draining.as_str();
+                // (Or, down now, drained before it failed: the drain
+                // outlives the down spell, see `NodeRegistry::recover`.)
+                let draining = member.draining || member.state == NodeState::Draining.as_str();
                 let state = match (answered, draining) {
                     (true, true) => NodeState::Draining,
                     (true, false) => NodeState::Up,
@@ -186,7 +189,7 @@ impl Rebuilder {
                     number: member.number as u64,
                 };
                 self.store.register_node(&record, true).await?;
-                if state == NodeState::Draining {
+                if draining {
                     self.store
                         .set_drain_until(&addr, crate::clock::wall_ms())
                         .await?;

@@ -303,3 +303,56 @@ async fn a_drained_node_that_goes_down_and_comes_back_is_still_drained_and_leave
         );
     }
 }
+
+#[tokio::test]
+async fn a_drain_survives_redis_forgetting_while_the_drained_node_is_down() {
+    let mut redis = common::process::RedisProcess::start(false);
+    let mut config = test_config();
+    config.redis_url = redis.url();
+    let app = spawn_app_with(config).await;
+    let mut nodes = start_nodes(&app, 2, false).await;
+    let address = nodes[0].address.clone();
+    // Sessions on it, or the drain would finish at once.
+    let mut on_drained = 0;
+    for i in 0..10 {
+        let s = unique(&format!("forgotdrain{i}"));
+        on_drained +=
+            usize::from(app.press(&s).await.served_by.as_deref() == Some(nodes[0].name.as_str()));
+    }
+    assert!(on_drained > 0);
+    let (status, body) = app
+        .node_command(json!({ "action": "drain", "address": address }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let state = |listed: Vec<Value>| {
+        listed
+            .iter()
+            .find(|n| n["address"] == address.as_str())
+            .map(|n| n["state"].as_str().unwrap_or_default().to_owned())
+    };
+    nodes[0].kill();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while state(app.nodes().await).as_deref() != Some("down") {
+        assert!(tokio::time::Instant::now() < deadline, "never marked down");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Redis restarts empty: the registry is rebuilt from Postgres, where
+    // the node is still on record as draining.
+    redis.kill();
+    redis.start_again();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let mut saw_not_ready = false;
+    loop {
+        let ready = app.readyz().await == 200;
+        saw_not_ready |= !ready;
+        if ready && saw_not_ready {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never rebuilt");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(state(app.nodes().await).as_deref(), Some("down"));
+    // Back: the drain still stands, so it leaves instead of taking traffic.
+    nodes[0].restart();
+    node_gone(&app, &address, Duration::from_secs(40)).await;
+}
