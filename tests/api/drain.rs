@@ -51,6 +51,23 @@ async fn node_gone(app: &TestApp, address: &str, within: Duration) {
     }
 }
 
+/// The node's state as `GET /nodes` lists it (`None`: not registered).
+async fn node_state(app: &TestApp, address: &str) -> Option<String> {
+    app.nodes()
+        .await
+        .iter()
+        .find(|n| n["address"] == address)
+        .and_then(|n| n["state"].as_str().map(str::to_owned))
+}
+
+async fn node_marked_down(app: &TestApp, address: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while node_state(app, address).await.as_deref() != Some("down") {
+        assert!(tokio::time::Instant::now() < deadline, "never marked down");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn every_admin_answer_says_what_happened_and_lands_in_the_audit_log() {
     let app = spawn_app().await;
@@ -266,19 +283,9 @@ async fn a_drained_node_that_goes_down_and_comes_back_is_still_drained_and_leave
         .await;
     assert_eq!(status, 200, "{body}");
     let address = nodes[0].address.clone();
-    let state = |listed: Vec<Value>| {
-        listed
-            .iter()
-            .find(|n| n["address"] == address.as_str())
-            .map(|n| n["state"].as_str().unwrap().to_owned())
-    };
     // Down while draining: its sessions move to the other node.
     nodes[0].kill();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while state(app.nodes().await).as_deref() != Some("down") {
-        assert!(tokio::time::Instant::now() < deadline, "never marked down");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    node_marked_down(&app, &address).await;
     // Back, empty: the drain an admin asked for still stands, so it is
     // not put back into service; it holds nothing, so the drain finishes.
     nodes[0].restart();
@@ -324,34 +331,14 @@ async fn a_drain_survives_redis_forgetting_while_the_drained_node_is_down() {
         .node_command(json!({ "action": "drain", "address": address }))
         .await;
     assert_eq!(status, 200, "{body}");
-    let state = |listed: Vec<Value>| {
-        listed
-            .iter()
-            .find(|n| n["address"] == address.as_str())
-            .map(|n| n["state"].as_str().unwrap_or_default().to_owned())
-    };
     nodes[0].kill();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while state(app.nodes().await).as_deref() != Some("down") {
-        assert!(tokio::time::Instant::now() < deadline, "never marked down");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    node_marked_down(&app, &address).await;
     // Redis restarts empty: the registry is rebuilt from Postgres, where
     // the node is still on record as draining.
     redis.kill();
     redis.start_again();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    let mut saw_not_ready = false;
-    loop {
-        let ready = app.readyz().await == 200;
-        saw_not_ready |= !ready;
-        if ready && saw_not_ready {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "never rebuilt");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(state(app.nodes().await).as_deref(), Some("down"));
+    app.wait_rebuilt().await;
+    assert_eq!(node_state(&app, &address).await.as_deref(), Some("down"));
     // Back: the drain still stands, so it leaves instead of taking traffic.
     nodes[0].restart();
     node_gone(&app, &address, Duration::from_secs(40)).await;

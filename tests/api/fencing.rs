@@ -161,17 +161,7 @@ async fn a_registry_redis_forgot_is_rebuilt_from_postgres_and_not_ready_until_th
     }
     redis.kill();
     redis.start_again(); // empty: no persistence
-    let mut saw_not_ready = false;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let ready = app.readyz().await == 200;
-        saw_not_ready |= !ready;
-        if ready && saw_not_ready {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "never rebuilt");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    app.wait_rebuilt().await;
     assert_eq!(app.nodes().await.len(), 2, "the nodes are registered again");
     let answer = app.press(&session).await;
     assert_eq!(

@@ -172,6 +172,22 @@ impl TestApp {
         response.status().as_u16()
     }
 
+    /// Waits for a registry rebuild after Redis forgot: not ready, then
+    /// ready again, within 15 s.
+    pub async fn wait_rebuilt(&self) {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
+        let mut saw_not_ready = false;
+        loop {
+            let ready = self.readyz().await == 200;
+            saw_not_ready |= !ready;
+            if ready && saw_not_ready {
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "never rebuilt");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
     pub async fn nodes(&self) -> Vec<Value> {
         let response = self
             .http
