@@ -50,7 +50,7 @@ impl Rebuilder {
     /// At start-up, before this replica follows fences: a fresh cluster
     /// gets its epoch; a registry to rebuild is left to [`run`](Self::run).
     pub async fn start_if_fresh(&self) -> Result<Registry, CleanError> {
-        if self.store.registry_epoch().await?.is_some() {
+        if self.store.registry_complete().await? {
             return Ok(Registry::Ready);
         }
         if self.archive.members().await?.is_empty() {
@@ -62,7 +62,7 @@ impl Rebuilder {
     /// One check: ready if the epoch is there; else this replica rebuilds
     /// (or finds another one doing it).
     pub async fn check_once(&self) -> Result<Registry, CleanError> {
-        if self.store.registry_epoch().await?.is_some() {
+        if self.store.registry_complete().await? {
             return Ok(Registry::Ready);
         }
         let this = self.clone();
@@ -83,13 +83,16 @@ impl Rebuilder {
     }
 
     async fn rebuild(&self) -> Result<Registry, CleanError> {
-        if self.store.registry_epoch().await?.is_some() {
+        if self.store.registry_complete().await? {
             return Ok(Registry::Ready); // another replica finished meanwhile
         }
         let members = self.archive.members().await?;
         if members.is_empty() {
             return self.start_fresh().await;
         }
+        // Some group forgot (or the control slot did): nothing is placed
+        // from here on, anywhere, until the rebuild is done.
+        self.store.clear_registry_epoch().await?;
         warn!(
             nodes = members.len(),
             "Redis lost the registry; archiving every node's live counts before serving again"
@@ -98,6 +101,11 @@ impl Rebuilder {
         // Replicas re-register within a heartbeat: wait for them, so the
         // fences below reach every replica that may still press a node.
         tokio::time::sleep(HEARTBEAT * 2).await;
+        // What the groups that did not forget still map is stale once the
+        // nodes archive and forget it: dropped first, so that no press
+        // reaches a node through it after the node's archive.
+        let numbers: Vec<u64> = members.iter().map(|m| m.number as u64).collect();
+        self.store.wipe_groups(&numbers).await?;
         let restores = members.iter().map(|member| self.restore(member));
         let restored = futures::future::join_all(restores).await;
         let mut up = 0;
@@ -112,9 +120,9 @@ impl Rebuilder {
                 }
             }
         }
-        self.store
-            .set_registry_epoch(&uuid::Uuid::new_v4().to_string())
-            .await?;
+        let epoch = uuid::Uuid::new_v4().to_string();
+        self.store.set_group_epochs(&epoch).await?;
+        self.store.set_registry_epoch(&epoch).await?;
         info!(
             nodes = members.len(),
             up, "registry rebuilt from Postgres; serving again"
@@ -141,9 +149,9 @@ impl Rebuilder {
                 .await?;
             self.store.set_node_number(&record.address, number).await?;
         }
-        self.store
-            .set_registry_epoch(&uuid::Uuid::new_v4().to_string())
-            .await?;
+        let epoch = uuid::Uuid::new_v4().to_string();
+        self.store.set_group_epochs(&epoch).await?;
+        self.store.set_registry_epoch(&epoch).await?;
         info!("registry epoch written");
         Ok(Registry::Ready)
     }
@@ -188,7 +196,12 @@ impl Rebuilder {
                         .then(|| "did not answer during the registry rebuild".to_owned()),
                     number: member.number as u64,
                 };
-                self.store.register_node(&record, true).await?;
+                if self.store.register_node(&record, true).await? == Some(false) {
+                    // The control slot remembered the node (a group forgot):
+                    // it starts over all the same, with nothing mapped.
+                    self.store.set_node_state(&addr, state, &[]).await?;
+                }
+                self.store.tally(&[(addr.clone(), record.number)]).await?;
                 if draining {
                     self.store
                         .set_drain_until(&addr, crate::clock::wall_ms())

@@ -14,7 +14,7 @@ use tracing::{info, warn};
 
 use super::cleaner::{CleanError, CleanReport, NodeCleaner};
 use crate::clock::{wall_ms, Clock};
-use crate::store::{Expiring, SessionStore, StoreError};
+use crate::store::{SessionStore, StoreError};
 
 /// Most sessions one sweep takes on; the rest wait for the next round.
 pub const MAX_PER_SWEEP: usize = 100_000;
@@ -106,7 +106,7 @@ impl Sweeper {
                 }
             }
         }
-        // Each node's expiry lists, read only as far as `now_ms`.
+        // Each node's indexes, read only as far as `now_ms`.
         let nodes = self.store.list_nodes().await?;
         let reads = nodes
             .iter()
@@ -114,13 +114,13 @@ impl Sweeper {
         let mut due = Vec::new();
         for (node, expiring) in nodes.iter().zip(futures::future::join_all(reads).await) {
             let expiring = expiring?;
-            if !expiring.ids.is_empty() || !expiring.passed.is_empty() {
+            if !expiring.is_empty() {
                 due.push((node.address.clone(), expiring));
             }
         }
         let cleans = due.into_iter().map(|(node, expiring)| async move {
             let outcome = self.sweep_one(&node, &expiring, now_ms).await;
-            (node, expiring.ids.len(), outcome)
+            (node, expiring.len(), outcome)
         });
         for (node, sessions, outcome) in futures::future::join_all(cleans).await {
             match outcome {
@@ -139,6 +139,13 @@ impl Sweeper {
                 }
             }
         }
+        // The counts placement goes by, made exact again (a placement that
+        // lost a race, or whose replica died, may have left one too many).
+        let numbered: Vec<(String, u64)> = nodes
+            .iter()
+            .map(|node| (node.address.clone(), node.number))
+            .collect();
+        self.store.tally(&numbered).await?;
         if report.expired > 0 {
             info!(
                 expired = report.expired,
@@ -152,30 +159,17 @@ impl Sweeper {
         Ok(report)
     }
 
-    /// One node's part of a sweep: its expired sessions archived, then the
-    /// seconds that passed forgotten (only then: a failed clean is retried
-    /// from the same lists). `None` if it outlasted the node's deadline.
+    /// One node's part of a sweep: its expired sessions archived. `None`
+    /// if it outlasted the node's deadline.
     async fn sweep_one(
         &self,
         node: &str,
-        expiring: &Expiring,
+        expiring: &[String],
         now_ms: i64,
     ) -> Option<Result<CleanReport, CleanError>> {
-        let cleaned = tokio::time::timeout(
-            self.node_deadline,
-            self.expire_all(node, &expiring.ids, now_ms),
-        )
-        .await
-        .ok()?;
-        Some(match cleaned {
-            Ok(clean) => self
-                .store
-                .forget_expiring(node, &expiring.passed)
-                .await
-                .map(|()| clean)
-                .map_err(CleanError::from),
-            Err(error) => Err(error),
-        })
+        tokio::time::timeout(self.node_deadline, self.expire_all(node, expiring, now_ms))
+            .await
+            .ok()
     }
 
     /// Every expired session of one node, in batches of [`MAX_PER_CLEAN`].
@@ -226,8 +220,7 @@ impl Sweeper {
         let mut mine = self
             .store
             .expiring(addr, expired_by_ms, MAX_PER_CLEAN)
-            .await?
-            .ids;
+            .await?;
         if !mine.iter().any(|id| id == session_id) {
             mine.truncate(MAX_PER_CLEAN - 1);
             mine.push(session_id.to_owned());

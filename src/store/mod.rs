@@ -1,32 +1,46 @@
 //! `SessionStore`: every piece of shared state in Redis: session -> node
 //! mappings, node registry, per-node active-session counts, expiry index.
 //!
-//! Every key is built in [`SessionStore::key`] from the configured prefix, so
-//! replicas sharing a prefix share state and tests with their own prefix are
-//! isolated. Layout (`P` = prefix):
+//! The layout runs unchanged on one Redis and on a Redis Cluster: every
+//! script and every pipeline touches one hash slot. Keys are built here
+//! from the configured prefix `P` (replicas sharing a prefix share state;
+//! tests with their own prefix are isolated) and one of two hash tags:
+//!
+//! **Control** (`P{ctl}`, one slot): the registry and everything a
+//! membership change or a fence touches.
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `P mappings:{hhhh}` | hash | session id -> `{node number}:{base}:{expires at, ms}`; 65,536 buckets by SHA-1 of the id (small listpacks, not a key per session) |
-//! | `P expiring:{number}` | zset | the seconds in which sessions placed on the node expire |
-//! | `P expiring:{number}:{second}` | list | ids placed on the node that expire in that second (entries of sessions that left are skipped when read, dropped when the second is swept) |
-//! | `P node_numbers`, `P node_addresses` | hash | node address <-> number (Postgres assigns numbers and never reuses one, so a replica remembers number -> address for good) |
-//! | `P nodes` | zset | node address by registration time |
-//! | `P node:{addr}` | hash | `name`, `weight`, `state`, `sessions`, `number`, `instance`, `reason` |
-//! | `P placeable` | zset | up nodes scored by active sessions (placement is `ZRANGE 0 0`) |
-//! | `P lock:{name}` | string | short admin locks (one operation per node at a time), renewed while held |
-//! | `P fences`, `P fence_seq`, `P fence_acks:{addr}:{seq}`, `P replicas`, `P journal:{addr}` | | the clean fence, see [`fences`] |
-//! | `P events` | pub/sub channel | wakes replicas when a fence is raised, lowered or acknowledged |
-//! | `P registry` | string | the registry's epoch: written once the registry is complete; missing means Redis forgot it (design.md §4.12) |
+//! | `P{ctl}node_numbers`, `P{ctl}node_addresses` | hash | node address <-> number (Postgres assigns numbers and never reuses one, so a replica remembers number -> address for good) |
+//! | `P{ctl}nodes` | zset | node address by registration time |
+//! | `P{ctl}node:{addr}` | hash | `name`, `weight`, `state`, `number`, `instance`, `reason`, `drain_until` |
+//! | `P{ctl}counts` | hash | node address -> active sessions (see [`groups`]: the groups hold the exact counts, this is their sum) |
+//! | `P{ctl}placeable` | zset | up nodes scored by active sessions (placement is `ZRANGE 0 0`) |
+//! | `P{ctl}lock:{name}` | string | short admin locks (one operation per node at a time), renewed while held |
+//! | `P{ctl}fences`, `fence_seq`, `fence_acks:{addr}:{seq}`, `replicas`, `journal:{addr}` | | the clean fence, see [`fences`] |
+//! | `P{ctl}events` | pub/sub channel | wakes replicas when a fence is raised, lowered or acknowledged |
+//! | `P{ctl}registry` | string | the registry's epoch: written once the registry and every group are complete; missing means Redis forgot (design.md, amnesia) |
 //!
-//! About 120 bytes of Redis per session with 45-byte ids (the mapping and
-//! one expiry-list entry); ids over 64 bytes turn their bucket into a plain
-//! hash table and cost more.
+//! **Session groups** (`P{s:gg}`, `gg` the first two hex digits of
+//! SHA-1(session id): 256 groups, each in its own slot, spread over the
+//! cluster's primaries): everything about a session.
+//!
+//! | key | type | holds |
+//! |---|---|---|
+//! | `P{s:gg}mappings:{gghh}` | hash | session id -> `{node number}:{base}:{expires at, ms}`; 256 buckets a group by the next two hex digits (small listpacks, not a key per session) |
+//! | `P{s:gg}expiring:{number}` | zset | the group's sessions on node `number`, scored by their end (ms): the sweep's index, exact (an entry leaves with its mapping) |
+//! | `P{s:gg}counts` | hash | node number -> the group's sessions on it, kept with the mappings in the same scripts |
+//! | `P{s:gg}epoch` | string | the registry epoch the group belongs to: missing means this group's primary forgot |
+//!
+//! A `{` in the prefix itself would become the hash tag of every key: it
+//! still works, on one slot.
 
 mod fences;
+pub mod groups;
 pub mod lock;
 mod nodes;
 mod sessions;
+mod target;
 mod timed;
 
 use std::collections::HashMap;
@@ -35,11 +49,14 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::AsyncCommands;
 
+pub use target::RedisTarget;
+use timed::Connection;
+
 /// The node types live in `nodes::record`; re-exported for the store's
 /// callers.
 pub use crate::nodes::record::{NodeRecord, NodeState};
 pub use fences::{Fence, FenceReason, Journal};
-pub use sessions::{Expiring, Mapping, Placed, Placement};
+pub use sessions::{Mapping, Placed, Placement};
 
 #[derive(Debug, thiserror::Error)]
 #[error("{context}")]
@@ -70,6 +87,8 @@ pub struct SessionStore {
     client: redis::Client,
     conn: timed::TimedConnection,
     prefix: std::sync::Arc<str>,
+    /// A Redis Cluster: pipelines must stay within one hash slot.
+    cluster: bool,
     scripts: std::sync::Arc<Scripts>,
     /// Node number -> address, filled on first sight: a number is never
     /// given to another address, so an entry never goes stale.
@@ -77,13 +96,12 @@ pub struct SessionStore {
 }
 
 struct Scripts {
-    place: redis::Script,
+    reserve: redis::Script,
+    claim: redis::Script,
+    unmap: redis::Script,
     register_node: redis::Script,
     set_node_state: redis::Script,
-    unmap_node: redis::Script,
-    apply_clean: redis::Script,
-    expiring: redis::Script,
-    forget_expiring: redis::Script,
+    set_counts: redis::Script,
     delete_node: redis::Script,
 }
 
@@ -96,44 +114,70 @@ impl SessionStore {
     /// Connects lazily: the balancer starts (and reports not ready) while
     /// Redis is down, and every command fails fast instead of hanging.
     pub fn connect(redis_url: &str, prefix: &str) -> StoreResult<Self> {
-        let client = redis::Client::open(redis_url).context("parsing REDIS_URL")?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(1)))
-            .set_response_timeout(Some(Duration::from_secs(1)))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
-            .context("creating the Redis connection manager")?;
-        let conn = timed::TimedConnection::new(conn);
+        let invalid = |message: String| StoreError {
+            context: "parsing REDIS_URL",
+            source: redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "invalid REDIS_URL",
+                message,
+            )),
+        };
+        let target = RedisTarget::parse(redis_url).map_err(invalid)?;
+        let (client, conn) = match &target {
+            RedisTarget::Single(url) => {
+                let client = redis::Client::open(url.as_str()).context("parsing REDIS_URL")?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(Duration::from_secs(1)))
+                    .set_response_timeout(Some(Duration::from_secs(1)))
+                    .set_number_of_retries(1)
+                    .set_max_delay(Duration::from_millis(500));
+                let conn = ConnectionManager::new_lazy_with_config(client.clone(), config)
+                    .context("creating the Redis connection manager")?;
+                (client, Connection::Single(conn))
+            }
+            RedisTarget::Cluster(seeds) => {
+                // Pub/sub stays on the first seed: a cluster delivers every
+                // message to subscribers on any node.
+                let client = redis::Client::open(seeds[0].as_str()).context("parsing REDIS_URL")?;
+                let cluster = redis::cluster::ClusterClient::builder(seeds.clone())
+                    .retries(6)
+                    .min_retry_wait(10)
+                    .max_retry_wait(500)
+                    .build()
+                    .context("parsing the Redis Cluster seeds in REDIS_URL")?;
+                let config = redis::cluster::ClusterConfig::new()
+                    .set_connection_timeout(Duration::from_secs(1))
+                    .set_response_timeout(Duration::from_secs(1));
+                let conn = cluster.get_pending_async_connection_with_config(config);
+                (client, Connection::Cluster(conn))
+            }
+        };
         Ok(Self {
             client,
-            conn,
+            conn: timed::TimedConnection::new(conn),
             prefix: prefix.into(),
+            cluster: matches!(target, RedisTarget::Cluster(_)),
             scripts: std::sync::Arc::new(Scripts {
-                place: mapping_script(include_str!("place.lua")),
+                reserve: redis::Script::new(include_str!("reserve.lua")),
+                claim: mapping_script(include_str!("claim.lua")),
+                unmap: mapping_script(include_str!("unmap.lua")),
                 register_node: redis::Script::new(include_str!("register_node.lua")),
                 set_node_state: redis::Script::new(include_str!("set_node_state.lua")),
-                unmap_node: mapping_script(include_str!("unmap_node.lua")),
-                apply_clean: mapping_script(include_str!("apply_clean.lua")),
-                expiring: mapping_script(include_str!("expiring.lua")),
-                forget_expiring: mapping_script(include_str!("forget_expiring.lua")),
-                delete_node: mapping_script(include_str!("delete_node.lua")),
+                set_counts: redis::Script::new(include_str!("set_counts.lua")),
+                delete_node: redis::Script::new(include_str!("delete_node.lua")),
             }),
             node_addresses: Default::default(),
         })
     }
 
-    /// The one place a Redis key is built.
+    /// The one place a control key is built (`P{ctl}a:b`).
     pub fn key(&self, parts: &[&str]) -> String {
-        let mut key = String::with_capacity(self.prefix.len() + 48);
-        key.push_str(&self.prefix);
-        for (i, part) in parts.iter().enumerate() {
-            if i > 0 {
-                key.push(':');
-            }
-            key.push_str(part);
-        }
-        key
+        join_key(&self.prefix, "{ctl}", parts)
+    }
+
+    /// A key of session group `group` (`P{s:gg}a:b`).
+    pub fn group_key(&self, group: &str, parts: &[&str]) -> String {
+        join_key(&self.prefix, &format!("{{s:{group}}}"), parts)
     }
 
     pub fn prefix(&self) -> &str {
@@ -210,6 +254,21 @@ impl SessionStore {
             .context("reading the registry epoch from Redis")
     }
 
+    /// Whether the registry is complete: the control slot's epoch and every
+    /// group's. A group without one lost its mappings (its primary
+    /// restarted empty) while the nodes still count its sessions.
+    pub async fn registry_complete(&self) -> StoreResult<bool> {
+        Ok(self.registry_epoch().await?.is_some() && self.groups_without_epoch().await? == 0)
+    }
+
+    /// Stops every placement until the registry is rebuilt: a group forgot.
+    pub async fn clear_registry_epoch(&self) -> StoreResult<()> {
+        self.conn()
+            .del::<_, ()>(self.key(&["registry"]))
+            .await
+            .context("clearing the registry epoch in Redis")
+    }
+
     /// Declares the registry complete (fresh, or rebuilt after amnesia).
     pub async fn set_registry_epoch(&self, epoch: &str) -> StoreResult<()> {
         self.conn()
@@ -220,3 +279,17 @@ impl SessionStore {
 }
 
 pub(crate) use crate::clock::wall_ms as now_ms;
+
+/// `prefix` + `tag` + the parts joined by `:`.
+fn join_key(prefix: &str, tag: &str, parts: &[&str]) -> String {
+    let mut key = String::with_capacity(prefix.len() + tag.len() + 48);
+    key.push_str(prefix);
+    key.push_str(tag);
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            key.push(':');
+        }
+        key.push_str(part);
+    }
+    key
+}

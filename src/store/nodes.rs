@@ -1,5 +1,7 @@
 //! The node registry shared by every replica.
 
+use std::collections::HashMap;
+
 use redis::AsyncCommands;
 
 use super::{now_ms, Context, SessionStore, StoreResult};
@@ -23,6 +25,7 @@ impl SessionStore {
             .key(self.key(&["registry"]))
             .key(self.key(&["node_numbers"]))
             .key(self.key(&["node_addresses"]))
+            .key(self.key(&["counts"]))
             .arg(&node.address)
             .arg(&node.name)
             .arg(node.weight)
@@ -57,6 +60,7 @@ impl SessionStore {
             .set_node_state
             .key(self.key(&["node", address]))
             .key(self.key(&["placeable"]))
+            .key(self.key(&["counts"]))
             .arg(address)
             .arg(state.as_str())
             .arg(expected)
@@ -128,12 +132,15 @@ impl SessionStore {
 
     /// Deletes a node from the registry (after its sessions were unmapped).
     pub async fn delete_node(&self, address: &str) -> StoreResult<()> {
+        if let Some(number) = self.node_number(address).await? {
+            self.delete_indexes(number).await?;
+        }
         self.scripts
             .delete_node
             .key(self.key(&["node", address]))
             .key(self.key(&["nodes"]))
             .key(self.key(&["placeable"]))
-            .arg(self.prefix.as_ref())
+            .key(self.key(&["counts"]))
             .arg(address)
             .invoke_async::<i64>(&mut self.conn())
             .await
@@ -155,12 +162,13 @@ impl SessionStore {
     }
 
     pub async fn get_node(&self, address: &str) -> StoreResult<Option<NodeRecord>> {
-        let fields: Vec<(String, String)> = self
-            .conn()
+        let (fields, sessions): (Vec<(String, String)>, Option<i64>) = redis::pipe()
             .hgetall(self.key(&["node", address]))
+            .hget(self.key(&["counts"]), address)
+            .query_async(&mut self.conn())
             .await
             .context("reading a node from Redis")?;
-        Ok(record_from_fields(address, fields))
+        Ok(record_from_fields(address, fields, sessions))
     }
 
     /// Every registered node, in registration order. O(nodes): admin and
@@ -178,14 +186,24 @@ impl SessionStore {
         for address in &addresses {
             pipe.hgetall(self.key(&["node", address]));
         }
-        let all: Vec<Vec<(String, String)>> = pipe
+        pipe.hgetall(self.key(&["counts"]));
+        // The last reply is the counts hash, as pairs like the others.
+        let mut all: Vec<Vec<(String, String)>> = pipe
             .query_async(&mut conn)
             .await
             .context("reading nodes from Redis")?;
+        let counts: HashMap<String, i64> = all
+            .pop()
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(address, count)| Some((address, count.parse().ok()?)))
+            .collect();
         Ok(addresses
             .iter()
             .zip(all)
-            .filter_map(|(address, fields)| record_from_fields(address, fields))
+            .filter_map(|(address, fields)| {
+                record_from_fields(address, fields, counts.get(address).copied())
+            })
             .collect())
     }
 
@@ -232,7 +250,11 @@ impl SessionStore {
     }
 }
 
-fn record_from_fields(address: &str, fields: Vec<(String, String)>) -> Option<NodeRecord> {
+fn record_from_fields(
+    address: &str,
+    fields: Vec<(String, String)>,
+    sessions: Option<i64>,
+) -> Option<NodeRecord> {
     if fields.is_empty() {
         return None;
     }
@@ -249,7 +271,7 @@ fn record_from_fields(address: &str, fields: Vec<(String, String)>) -> Option<No
         state: get("state")
             .and_then(|s| s.parse().ok())
             .unwrap_or(NodeState::Down),
-        active_sessions: get("sessions").and_then(|s| s.parse().ok()).unwrap_or(0),
+        active_sessions: sessions.unwrap_or(0),
         instance: get("instance").filter(|i| !i.is_empty()).map(str::to_owned),
         reason: get("reason").filter(|r| !r.is_empty()).map(str::to_owned),
         number: get("number").and_then(|n| n.parse().ok()).unwrap_or(0),

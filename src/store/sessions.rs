@@ -1,6 +1,9 @@
-//! Session mappings: the hot-path read, the atomic placement, and each
-//! node's expiry lists (see the layout in the module above).
+//! Session mappings: the hot-path read, the two-step placement, and the
+//! unmapping of a clean (see the layout in the module above).
 
+use std::collections::HashMap;
+
+use super::groups::{by_group, mapping_bucket};
 use super::{Context, SessionStore, StoreResult};
 
 /// Where a session lives and what its node's count must be offset by.
@@ -15,7 +18,7 @@ pub struct Mapping {
     pub expires_at_ms: i64,
 }
 
-/// What the placement script decided.
+/// What the placement decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placement {
     pub mapping: Mapping,
@@ -34,26 +37,6 @@ pub enum Placed {
     NotReady,
 }
 
-/// A node's sessions that expire by some time, from its expiry lists.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Expiring {
-    /// Sessions placed on the node whose life ends by then (unchecked: see
-    /// [`SessionStore::expiring`]).
-    pub ids: Vec<String>,
-    /// Seconds read whole and wholly past: once `ids` are archived, hand
-    /// them to [`SessionStore::forget_expiring`].
-    pub passed: Vec<String>,
-}
-
-/// The hash bucket of a session's mapping: the first four hex digits of
-/// SHA-1(id), as `prelude.lua` computes it. 65,536 buckets keep each one a
-/// small listpack-encoded hash (about 15 mappings per bucket at a million
-/// sessions) where one key per session would cost a key's overhead each.
-pub(super) fn mapping_bucket(session_id: &str) -> String {
-    let digest = sha1_smol::Sha1::from(session_id).digest().to_string();
-    digest[..4].to_owned()
-}
-
 /// `{node number}:{base}:{expires at}` -> its parts.
 fn unpack_mapping(value: &str) -> Option<(u64, i64, i64)> {
     let mut parts = value.splitn(3, ':');
@@ -63,11 +46,11 @@ fn unpack_mapping(value: &str) -> Option<(u64, i64, i64)> {
     Some((number, base, exp))
 }
 
-impl SessionStore {
-    fn mapping_key(&self, session_id: &str) -> String {
-        self.key(&["mappings", &mapping_bucket(session_id)])
-    }
+/// How often a placement starts over when the mapping that stood named a
+/// node Redis no longer knows (it is dropped and the session placed anew).
+const PLACE_ATTEMPTS: usize = 3;
 
+impl SessionStore {
     /// The hot path: one plain `HGET`, one round trip, no script (the node's
     /// address is remembered after its first read: numbers never change).
     pub async fn lookup(&self, session_id: &str) -> StoreResult<Option<Mapping>> {
@@ -89,8 +72,12 @@ impl SessionStore {
 
     /// Places a session on `preferred_node` if it is up, else on the up node
     /// with the fewest active sessions, unless it is mapped already; a
-    /// mapping to `stale_node` is dropped and replaced. Returns `None` when
-    /// no node is up.
+    /// mapping to `stale_node` is dropped and replaced.
+    ///
+    /// Two steps, each in one hash slot (design.md, "Past one Redis"): the
+    /// control slot chooses the node and counts the session there
+    /// (`reserve.lua`), the session's group creates the mapping if the
+    /// session has none (`claim.lua`). If it had one, the count goes back.
     pub async fn place(
         &self,
         session_id: &str,
@@ -99,158 +86,202 @@ impl SessionStore {
         stale_node: Option<&str>,
         preferred_node: Option<&str>,
     ) -> StoreResult<Placed> {
-        let reply: Option<(String, i64, i64, i64)> = self
-            .scripts
-            .place
-            .key(self.mapping_key(session_id))
-            .key(self.key(&["placeable"]))
-            .key(self.key(&["registry"]))
-            .arg(self.prefix.as_ref())
-            .arg(session_id)
-            .arg(base)
-            .arg(expires_at_ms)
-            .arg(stale_node.unwrap_or(""))
-            .arg(preferred_node.unwrap_or(""))
-            .invoke_async(&mut self.conn())
-            .await
-            .context("placing a session in Redis")?;
-        Ok(match reply {
-            None => Placed::NoNode,
-            Some((_, _, _, -1)) => Placed::NotReady,
-            Some((node, base, exp, created)) => Placed::Placed(Placement {
+        // A number the standing mapping named that Redis does not know.
+        let mut unknown: Option<u64> = None;
+        for _ in 0..PLACE_ATTEMPTS {
+            let reply: Option<(String, i64, String)> = self
+                .scripts
+                .reserve
+                .key(self.key(&["placeable"]))
+                .key(self.key(&["registry"]))
+                .key(self.key(&["counts"]))
+                .key(self.key(&["node_numbers"]))
+                .arg(stale_node.unwrap_or(""))
+                .arg(preferred_node.unwrap_or(""))
+                .invoke_async(&mut self.conn())
+                .await
+                .context("choosing a node for a session in Redis")?;
+            let (node, number, stale_number) = match reply {
+                None => return Ok(Placed::NoNode),
+                Some((_, -1, _)) => return Ok(Placed::NotReady),
+                Some((node, number, stale)) => (node, number as u64, stale.parse::<u64>().ok()),
+            };
+            let stale_number = unknown.or(stale_number);
+            let bucket = mapping_bucket(session_id);
+            let group = &bucket[..2];
+            let chosen_index = self.index_key(group, number);
+            let stale_index = stale_number.map_or_else(
+                || chosen_index.clone(),
+                |stale| self.index_key(group, stale),
+            );
+            let claimed: Vec<i64> = self
+                .scripts
+                .claim
+                .key(self.group_key(group, &["mappings", &bucket]))
+                .key(self.group_key(group, &["epoch"]))
+                .key(chosen_index)
+                .key(stale_index)
+                .arg(self.group_prefix(group))
+                .arg(session_id)
+                .arg(number)
+                .arg(base)
+                .arg(expires_at_ms)
+                .arg(stale_number.map(|n| n.to_string()).unwrap_or_default())
+                .invoke_async(&mut self.conn())
+                .await
+                .context("creating a session mapping in Redis")?;
+            let created = claimed.first() == Some(&1);
+            if !created {
+                // The count reserve.lua took is not this session's.
+                self.set_counts(true, &[(&node, -1)]).await?;
+            }
+            let &[_, standing, base, expires_at_ms, replaced] = claimed.as_slice() else {
+                return Ok(Placed::NotReady); // the group forgot: being rebuilt
+            };
+            let standing = standing as u64;
+            if let Some(stale) = stale_number.filter(|_| replaced == 1) {
+                // The session's mapping to the stale node was dropped.
+                if let Some(stale_node) = self.node_address(stale).await? {
+                    self.set_counts(true, &[(&stale_node, -1)]).await?;
+                }
+            }
+            let Some(address) = self.node_address(standing).await? else {
+                unknown = Some(standing);
+                continue;
+            };
+            return Ok(Placed::Placed(Placement {
                 mapping: Mapping {
-                    node,
+                    node: address.to_string(),
                     base,
-                    expires_at_ms: exp,
+                    expires_at_ms,
                 },
-                created: created == 1,
-            }),
+                created,
+            }));
+        }
+        Err(super::StoreError {
+            context: "placing a session in Redis",
+            source: redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "the session stays mapped to a node Redis does not know",
+            )),
         })
     }
 
     /// Drops every session still mapped to `address`. Returns their ids.
     pub async fn unmap_node(&self, address: &str) -> StoreResult<Vec<String>> {
-        self.scripts
-            .unmap_node
-            .key(self.key(&["node", address]))
-            .key(self.key(&["placeable"]))
-            .arg(self.prefix.as_ref())
-            .arg(address)
-            .invoke_async(&mut self.conn())
-            .await
-            .context("unmapping a node's sessions in Redis")
-    }
-
-    /// Ids of the sessions mapped to a node. O(sessions of the node).
-    pub async fn node_sessions(&self, address: &str) -> StoreResult<Vec<String>> {
-        Ok(self
-            .read_expiring(address, None, usize::MAX, true)
-            .await?
-            .ids)
-    }
-
-    /// The sessions placed on `address` whose life ends at or before `by_ms`,
-    /// at most `limit`, oldest first, read from the node's expiry lists:
-    /// O(entries of the seconds read). Unchecked: some may have left the
-    /// node or live longer since; the cleaner re-reads them under the lock.
-    pub async fn expiring(&self, address: &str, by_ms: i64, limit: usize) -> StoreResult<Expiring> {
-        self.read_expiring(address, Some(by_ms), limit, false).await
-    }
-
-    async fn read_expiring(
-        &self,
-        address: &str,
-        by_ms: Option<i64>,
-        limit: usize,
-        checked: bool,
-    ) -> StoreResult<Expiring> {
-        let (ids, passed): (Vec<String>, Vec<String>) = self
-            .scripts
-            .expiring
-            .arg(self.prefix.as_ref())
-            .arg(address)
-            .arg(by_ms.map_or_else(|| "all".to_owned(), |by| by.to_string()))
-            .arg(limit.min(i64::MAX as usize) as i64)
-            .arg(if checked { "checked" } else { "" })
-            .invoke_async(&mut self.conn())
-            .await
-            .context("reading a node's expiring sessions from Redis")?;
-        Ok(Expiring { ids, passed })
-    }
-
-    /// Forgets the expiry-list entries [`Self::expiring`] read of seconds
-    /// that passed, once their sessions were archived.
-    pub async fn forget_expiring(&self, address: &str, passed: &[String]) -> StoreResult<()> {
-        if passed.is_empty() {
-            return Ok(());
-        }
-        self.scripts
-            .forget_expiring
-            .arg(self.prefix.as_ref())
-            .arg(address)
-            .arg(passed)
-            .invoke_async::<i64>(&mut self.conn())
-            .await
-            .context("forgetting passed expiry lists in Redis")?;
-        Ok(())
+        let Some(number) = self.node_number(address).await? else {
+            return Ok(Vec::new());
+        };
+        let ids = self.node_sessions(address).await?;
+        let dropped = self.unmap_in_groups(number, &ids, &[]).await?;
+        self.set_counts(false, &[(address, 0)]).await?;
+        Ok(dropped)
     }
 
     /// The node and expiry time of each session (`None` where it has no
-    /// mapping), in one pipelined round trip.
+    /// mapping): one pipelined round trip per group named.
     pub async fn placements_of(
         &self,
         session_ids: &[String],
     ) -> StoreResult<Vec<Option<(String, i64)>>> {
-        if session_ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut pipe = redis::pipe();
-        for id in session_ids {
-            pipe.cmd("HGET").arg(self.mapping_key(id)).arg(id);
-        }
-        let values: Vec<Option<String>> = pipe
-            .query_async(&mut self.conn())
-            .await
-            .context("reading the nodes and expiries of sessions from Redis")?;
-        let mut placements = Vec::with_capacity(values.len());
-        for value in values {
-            let placed = match value.as_deref().and_then(unpack_mapping) {
-                Some((number, _, exp)) => self
-                    .node_address(number)
-                    .await?
-                    .map(|node| (node.to_string(), exp)),
-                None => None,
-            };
-            placements.push(placed);
+        let groups = by_group(session_ids.iter().enumerate(), |(_, id)| id.as_str());
+        let reads = groups.into_values().map(|members| async move {
+            let mut pipe = redis::pipe();
+            for (_, id) in &members {
+                pipe.cmd("HGET").arg(self.mapping_key(id)).arg(*id);
+            }
+            let values: Vec<Option<String>> = pipe
+                .query_async(&mut self.conn())
+                .await
+                .context("reading the nodes and expiries of sessions from Redis")?;
+            Ok::<_, super::StoreError>(members.into_iter().map(|(i, _)| i).zip(values))
+        });
+        let mut placements = vec![None; session_ids.len()];
+        for read in futures::future::join_all(reads).await {
+            for (i, value) in read? {
+                if let Some((number, _, exp)) = value.as_deref().and_then(unpack_mapping) {
+                    placements[i] = self
+                        .node_address(number)
+                        .await?
+                        .map(|node| (node.to_string(), exp));
+                }
+            }
         }
         Ok(placements)
     }
 
     /// After a clean and fold: unmaps `leaving`, sets the new base of the
-    /// sessions in `rebased` that are still on the node.
+    /// sessions in `rebased` that are still on the node. Returns how many
+    /// were unmapped. Repeating it changes nothing.
     pub async fn apply_clean(
         &self,
         address: &str,
         leaving: &[String],
         rebased: &[(String, i64)],
     ) -> StoreResult<usize> {
-        let mut invocation = self.scripts.apply_clean.prepare_invoke();
-        invocation
-            .key(self.key(&["node", address]))
-            .key(self.key(&["placeable"]))
-            .arg(self.prefix.as_ref())
-            .arg(address)
-            .arg(leaving.len());
-        for id in leaving {
-            invocation.arg(id);
+        let Some(number) = self.node_number(address).await? else {
+            return Ok(0);
+        };
+        let unmapped = self.unmap_in_groups(number, leaving, rebased).await?.len();
+        if unmapped > 0 {
+            self.set_counts(true, &[(address, -(unmapped as i64))])
+                .await?;
         }
-        for (id, base) in rebased {
-            invocation.arg(id).arg(*base);
+        Ok(unmapped)
+    }
+
+    /// `unmap.lua` in every group the ids fall in, all at once.
+    async fn unmap_in_groups(
+        &self,
+        number: u64,
+        leaving: &[String],
+        rebased: &[(String, i64)],
+    ) -> StoreResult<Vec<String>> {
+        /// A group's part of the clean: its leaving ids, its re-based pairs.
+        type Part<'a> = (Vec<&'a String>, Vec<&'a (String, i64)>);
+        let mut groups: HashMap<String, Part> = HashMap::new();
+        for (group, ids) in by_group(leaving, |id| id.as_str()) {
+            groups.entry(group).or_default().0 = ids;
         }
-        invocation
-            .invoke_async(&mut self.conn())
-            .await
-            .context("applying a clean to the session mappings in Redis")
+        for (group, pairs) in by_group(rebased, |(id, _)| id.as_str()) {
+            groups.entry(group).or_default().1 = pairs;
+        }
+        let calls = groups.into_iter().map(|(group, (leaving, rebased))| {
+            let mut invocation = self.scripts.unmap.prepare_invoke();
+            invocation.key(self.index_key(&group, number));
+            let mut buckets: Vec<String> = leaving
+                .iter()
+                .map(|id| id.as_str())
+                .chain(rebased.iter().map(|(id, _)| id.as_str()))
+                .map(|id| self.mapping_key(id))
+                .collect();
+            buckets.sort_unstable();
+            buckets.dedup();
+            for bucket in buckets {
+                invocation.key(bucket);
+            }
+            invocation
+                .arg(self.group_prefix(&group))
+                .arg(number)
+                .arg(leaving.len());
+            for id in leaving {
+                invocation.arg(id.as_str());
+            }
+            for (id, base) in rebased {
+                invocation.arg(id.as_str()).arg(*base);
+            }
+            async move {
+                invocation
+                    .invoke_async::<Vec<String>>(&mut self.conn())
+                    .await
+                    .context("unmapping sessions in Redis")
+            }
+        });
+        let mut unmapped = Vec::new();
+        for ids in futures::future::join_all(calls).await {
+            unmapped.extend(ids?);
+        }
+        Ok(unmapped)
     }
 }
 
@@ -266,14 +297,5 @@ mod tests {
         );
         assert_eq!(unpack_mapping("7:3"), None);
         assert_eq!(unpack_mapping("x:3:4"), None);
-    }
-
-    #[test]
-    fn the_bucket_is_the_first_four_hex_digits_of_the_ids_sha1() {
-        // SHA-1("u1") = 4b8e3f5c...; Redis's sha1hex gives the same digits
-        // (checked against a real Redis in tests/store.rs).
-        assert_eq!(mapping_bucket("u1").len(), 4);
-        assert!(mapping_bucket("u1").chars().all(|c| c.is_ascii_hexdigit()));
-        assert_eq!(mapping_bucket("u1"), mapping_bucket("u1"));
     }
 }

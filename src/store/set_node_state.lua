@@ -1,7 +1,7 @@
 -- Moves a node to a new state if it is in one of the expected states, keeping
 -- the placeable zset (up nodes only, scored by active sessions) in step.
--- KEYS[1] node hash, KEYS[2] placeable zset.  ARGV: address, new state,
--- expected states separated by commas ('' = any).
+-- KEYS[1] node hash, KEYS[2] placeable zset, KEYS[3] counts.  ARGV:
+-- address, new state, expected states separated by commas ('' = any).
 -- Returns the previous state, or false if the node is unknown or not expected.
 local old = redis.call('HGET', KEYS[1], 'state')
 if not old then
@@ -12,7 +12,7 @@ if ARGV[3] ~= '' and not string.find(',' .. ARGV[3] .. ',', ',' .. old .. ',', 1
 end
 redis.call('HSET', KEYS[1], 'state', ARGV[2])
 if ARGV[2] == 'up' then
-  redis.call('ZADD', KEYS[2], redis.call('HGET', KEYS[1], 'sessions') or 0, ARGV[1])
+  redis.call('ZADD', KEYS[2], redis.call('HGET', KEYS[3], ARGV[1]) or 0, ARGV[1])
 else
   redis.call('ZREM', KEYS[2], ARGV[1])
 end

@@ -1,21 +1,33 @@
-//! Every Redis call of the store, timed: the connection manager wrapped so
-//! commands, scripts and pipelines all pass through one place.
+//! Every Redis call of the store, timed: one connection type for a single
+//! Redis and for a Redis Cluster, so commands, scripts and pipelines all
+//! pass through one place.
 
 use std::time::Instant;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
-/// A [`ConnectionManager`] that records each call's time in
+/// The connection under the store: a single Redis through the connection
+/// manager (reconnects by itself), or a cluster through redis-rs's cluster
+/// client (follows `MOVED` and `ASK`, retries `TRYAGAIN` while a slot
+/// moves). Both multiplex, both are cheap to clone.
+#[derive(Clone)]
+pub enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+/// A [`Connection`] that records each call's time in
 /// `nodes_control_redis_call_duration_seconds` (failures and timeouts
-/// included). Cheap to clone, like the manager.
+/// included).
 #[derive(Clone)]
 pub struct TimedConnection {
-    inner: ConnectionManager,
+    inner: Connection,
 }
 
 impl TimedConnection {
-    pub fn new(inner: ConnectionManager) -> Self {
+    pub fn new(inner: Connection) -> Self {
         Self { inner }
     }
 }
@@ -28,7 +40,10 @@ fn record(started: Instant) {
 impl ConnectionLike for TimedConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         let started = Instant::now();
-        let call = self.inner.req_packed_command(cmd);
+        let call = match &mut self.inner {
+            Connection::Single(conn) => conn.req_packed_command(cmd),
+            Connection::Cluster(conn) => conn.req_packed_command(cmd),
+        };
         Box::pin(async move {
             let answer = call.await;
             record(started);
@@ -43,7 +58,10 @@ impl ConnectionLike for TimedConnection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         let started = Instant::now();
-        let call = self.inner.req_packed_commands(pipeline, offset, count);
+        let call = match &mut self.inner {
+            Connection::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Connection::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        };
         Box::pin(async move {
             let answer = call.await;
             record(started);
@@ -52,6 +70,9 @@ impl ConnectionLike for TimedConnection {
     }
 
     fn get_db(&self) -> i64 {
-        self.inner.get_db()
+        match &self.inner {
+            Connection::Single(conn) => conn.get_db(),
+            Connection::Cluster(conn) => conn.get_db(),
+        }
     }
 }

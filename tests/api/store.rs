@@ -1,21 +1,27 @@
-//! The compact Redis layout (store/mod.rs): mappings in hashed buckets,
-//! each node's expiry lists, node numbers. What it must never do: leave
-//! keys behind, let an old list entry end a session placed anew, or give a
-//! number to a second address.
+//! The Redis layout (store/mod.rs): session groups holding mappings in
+//! hashed buckets and each node's index, node numbers. What it must never
+//! do: leave keys behind, let an old index entry end a session placed
+//! anew, or give a number to a second address.
 
 use crate::common;
 
-use common::{now_ms, redis_url, spawn_app, start_nodes, unique};
+use common::{now_ms, spawn_app, start_nodes, unique};
 
-/// Every key of this test's prefix that starts with `kind`.
+/// Every session-group key of this test's prefix that starts with `kind`,
+/// from every server (a cluster spreads the groups over its primaries).
 async fn keys(prefix: &str, kind: &str) -> Vec<String> {
-    let client = redis::Client::open(redis_url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    redis::cmd("KEYS")
-        .arg(format!("{prefix}{kind}*"))
-        .query_async(&mut conn)
-        .await
-        .unwrap()
+    let mut found = Vec::new();
+    for server in testkit::redis_servers() {
+        let client = redis::Client::open(server).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}{{s:*}}{kind}*"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        found.extend(keys);
+    }
+    found
 }
 
 #[tokio::test]
@@ -39,7 +45,7 @@ async fn the_placement_script_and_the_plain_read_agree_on_every_bucket() {
 }
 
 #[tokio::test]
-async fn a_swept_second_leaves_no_key_behind() {
+async fn a_sweep_leaves_no_mapping_or_index_behind() {
     let app = spawn_app().await;
     let _nodes = start_nodes(&app, 2, false).await;
     let tag = unique("swept");
@@ -56,7 +62,7 @@ async fn a_swept_second_leaves_no_key_behind() {
 }
 
 #[tokio::test]
-async fn an_old_expiry_entry_does_not_end_a_session_placed_anew() {
+async fn an_old_index_entry_does_not_end_a_session_placed_anew() {
     let app = spawn_app().await;
     let nodes = start_nodes(&app, 1, false).await;
     let id = unique("anew");
@@ -71,14 +77,18 @@ async fn an_old_expiry_entry_does_not_end_a_session_placed_anew() {
     assert_eq!(report.unmapped, 0, "{report:?}");
     let mapping = store.lookup(&id).await.unwrap().expect("still mapped");
     assert_eq!(mapping.base, 7);
-    // The stale entry went with its second; the live one stays.
-    let lists = keys(store.prefix(), "expiring:").await;
-    assert_eq!(lists.len(), 2, "the node's seconds and one list: {lists:?}");
+    // The stale entry was replaced by the live one: one index, one entry.
+    let indexes = keys(store.prefix(), "expiring:").await;
+    assert_eq!(
+        indexes.len(),
+        1,
+        "the node's index in one group: {indexes:?}"
+    );
     assert_eq!(store.node_sessions(&nodes[0].address).await.unwrap(), [id]);
 }
 
 #[tokio::test]
-async fn removing_a_node_takes_its_mappings_and_expiry_lists_along() {
+async fn removing_a_node_takes_its_mappings_and_indexes_along() {
     let app = spawn_app().await;
     let nodes = start_nodes(&app, 1, false).await;
     let tag = unique("removed");

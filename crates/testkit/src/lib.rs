@@ -15,6 +15,21 @@ pub fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
 
+/// Each Redis server behind [`redis_url`], as `redis://` URLs: the seeds
+/// of a cluster (`redis+cluster://a,b,c` or a comma-separated list), for a
+/// test that reads keys server by server; else the one server.
+pub fn redis_servers() -> Vec<String> {
+    let url = redis_url();
+    match url.strip_prefix("redis+cluster://") {
+        Some(hosts) => hosts
+            .trim_end_matches('/')
+            .split(',')
+            .map(|host| format!("redis://{}", host.trim()))
+            .collect(),
+        None => url.split(',').map(|u| u.trim().to_owned()).collect(),
+    }
+}
+
 /// The test database (`TEST_DATABASE_URL`, else `nodes_control_test` on
 /// 127.0.0.1:5432, user postgres).
 pub fn database_url() -> String {

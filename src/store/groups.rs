@@ -1,0 +1,286 @@
+//! The session groups (see the layout in the module above): 256 hash
+//! slots that hold every session's mapping, its node's index entry, and
+//! so each node's exact count of sessions, which is the size of its
+//! indexes. A node's sessions are the union of its 256 indexes: the sweep,
+//! the removal and the failover walk them, every group at once (a cluster
+//! serves them from all its primaries in parallel).
+//!
+//! Amnesia is per group as well: each group carries the registry's epoch,
+//! and a group that lost it lost its mappings (its primary restarted
+//! empty). The registry check (lifecycle/rebuild.rs) then rebuilds the
+//! whole registry, as when the control slot forgets.
+
+use std::collections::HashMap;
+
+use redis::AsyncCommands;
+
+use super::{Context, SessionStore, StoreResult};
+
+/// How many groups sessions are spread over: enough to spread over the
+/// primaries of any cluster we plan for (see the README's capacity plan),
+/// few enough that walking them all is one quick round of requests.
+pub const GROUPS: usize = 256;
+
+/// The four hex digits that name a session's mapping bucket: the first
+/// four of SHA-1(id), as `prelude.lua` computes them. 65,536 buckets keep
+/// each one a small listpack-encoded hash (about 15 mappings per bucket at
+/// a million sessions) where one key per session would cost a key's
+/// overhead each. The first two digits are the session's group.
+pub(super) fn mapping_bucket(session_id: &str) -> String {
+    let digest = sha1_smol::Sha1::from(session_id).digest().to_string();
+    digest[..4].to_owned()
+}
+
+/// Every group's name, `00` to `ff`.
+fn all_groups() -> impl Iterator<Item = String> {
+    (0..GROUPS).map(|group| format!("{group:02x}"))
+}
+
+/// `ids` sorted into their groups (order kept within a group).
+pub(super) fn by_group<T>(
+    items: impl IntoIterator<Item = T>,
+    id: impl Fn(&T) -> &str,
+) -> HashMap<String, Vec<T>> {
+    let mut groups: HashMap<String, Vec<T>> = HashMap::new();
+    for item in items {
+        let bucket = mapping_bucket(id(&item));
+        groups.entry(bucket[..2].to_owned()).or_default().push(item);
+    }
+    groups
+}
+
+impl SessionStore {
+    /// `P{s:gg}`: what the scripts of a group build their keys from.
+    pub(super) fn group_prefix(&self, group: &str) -> String {
+        self.group_key(group, &[])
+    }
+
+    pub(super) fn mapping_key(&self, session_id: &str) -> String {
+        let bucket = mapping_bucket(session_id);
+        self.group_key(&bucket[..2], &["mappings", &bucket])
+    }
+
+    /// Node `number`'s index in `group`: its sessions there, by their end.
+    pub(super) fn index_key(&self, group: &str, number: u64) -> String {
+        self.group_key(group, &["expiring", &number.to_string()])
+    }
+
+    /// A node's number, if it is registered (read each time: a removed
+    /// address added again gets a new number).
+    pub(super) async fn node_number(&self, address: &str) -> StoreResult<Option<u64>> {
+        self.conn()
+            .hget(self.key(&["node_numbers"]), address)
+            .await
+            .context("reading a node's number from Redis")
+    }
+
+    /// The commands `build` adds for each group, run in as few round
+    /// trips as the server allows: one pipeline for all groups on a single
+    /// Redis; on a cluster (a pipeline must stay in one slot) one per
+    /// group, all at once. Returns each group's replies, group by group.
+    async fn query_groups<T: redis::FromRedisValue>(
+        &self,
+        context: &'static str,
+        build: impl Fn(&str, &mut redis::Pipeline),
+    ) -> StoreResult<Vec<Vec<T>>> {
+        if !self.cluster {
+            let mut pipe = redis::pipe();
+            let mut sizes = Vec::with_capacity(GROUPS);
+            for group in all_groups() {
+                let before = pipe.len();
+                build(&group, &mut pipe);
+                sizes.push(pipe.len() - before);
+            }
+            let mut replies: std::collections::VecDeque<T> = pipe
+                .query_async::<Vec<T>>(&mut self.conn())
+                .await
+                .context(context)?
+                .into();
+            return Ok(sizes
+                .into_iter()
+                .map(|size| replies.drain(..size.min(replies.len())).collect())
+                .collect());
+        }
+        let queries = all_groups().map(|group| {
+            let mut pipe = redis::pipe();
+            build(&group, &mut pipe);
+            async move {
+                if pipe.is_empty() {
+                    return Ok(Vec::new());
+                }
+                pipe.query_async::<Vec<T>>(&mut self.conn())
+                    .await
+                    .context(context)
+            }
+        });
+        futures::future::join_all(queries)
+            .await
+            .into_iter()
+            .collect()
+    }
+
+    /// The sessions on `address` whose life ends at or before `by_ms`, at
+    /// most `limit`, those ending first first: O(expired) per group.
+    pub async fn expiring(
+        &self,
+        address: &str,
+        by_ms: i64,
+        limit: usize,
+    ) -> StoreResult<Vec<String>> {
+        let Some(number) = self.node_number(address).await? else {
+            return Ok(Vec::new());
+        };
+        let limit = limit.min(i64::MAX as usize) as isize;
+        let found: Vec<Vec<Vec<(String, f64)>>> = self
+            .query_groups(
+                "reading a node's expiring sessions from Redis",
+                |group, pipe| {
+                    pipe.zrangebyscore_limit_withscores(
+                        self.index_key(group, number),
+                        "-inf",
+                        by_ms,
+                        0,
+                        limit,
+                    );
+                },
+            )
+            .await?;
+        let mut due: Vec<(String, f64)> = found.into_iter().flatten().flatten().collect();
+        due.sort_by(|a, b| a.1.total_cmp(&b.1));
+        due.truncate(limit as usize);
+        Ok(due.into_iter().map(|(id, _)| id).collect())
+    }
+
+    /// Every session mapped to a node. O(sessions of the node).
+    pub async fn node_sessions(&self, address: &str) -> StoreResult<Vec<String>> {
+        let Some(number) = self.node_number(address).await? else {
+            return Ok(Vec::new());
+        };
+        let found: Vec<Vec<Vec<String>>> = self
+            .query_groups("reading a node's sessions from Redis", |group, pipe| {
+                pipe.zrange(self.index_key(group, number), 0, -1);
+            })
+            .await?;
+        Ok(found.into_iter().flatten().flatten().collect())
+    }
+
+    /// Sets every node's active-session count to the exact sum of its
+    /// group indexes. Placement counts a session on its node before the
+    /// mapping exists (reserve.lua); a replica that died in between, or a
+    /// race it lost, leaves a count one too high until this runs.
+    pub async fn tally(&self, nodes: &[(String, u64)]) -> StoreResult<()> {
+        if nodes.is_empty() {
+            return Ok(());
+        }
+        let sizes: Vec<Vec<u64>> = self
+            .query_groups("counting a group's sessions in Redis", |group, pipe| {
+                for (_, number) in nodes {
+                    pipe.zcard(self.index_key(group, *number));
+                }
+            })
+            .await?;
+        let mut totals = vec![0u64; nodes.len()];
+        for group in sizes {
+            for (total, size) in totals.iter_mut().zip(group) {
+                *total += size;
+            }
+        }
+        let counts: Vec<(&str, i64)> = nodes
+            .iter()
+            .zip(totals)
+            .map(|((address, _), total)| (address.as_str(), total as i64))
+            .collect();
+        self.set_counts(false, &counts).await
+    }
+
+    /// Sets (or, with `add`, moves) registered nodes' counts.
+    pub(super) async fn set_counts(&self, add: bool, counts: &[(&str, i64)]) -> StoreResult<()> {
+        let mut invocation = self.scripts.set_counts.prepare_invoke();
+        invocation
+            .key(self.key(&["placeable"]))
+            .key(self.key(&["counts"]))
+            .arg(if add { "add" } else { "set" });
+        for (address, count) in counts {
+            invocation.arg(*address).arg(*count);
+        }
+        invocation
+            .invoke_async::<i64>(&mut self.conn())
+            .await
+            .context("setting nodes' session counts in Redis")?;
+        Ok(())
+    }
+
+    /// How many groups have lost their epoch (their primary forgot them).
+    pub async fn groups_without_epoch(&self) -> StoreResult<usize> {
+        let present: Vec<Vec<bool>> = self
+            .query_groups("reading the groups' epochs from Redis", |group, pipe| {
+                pipe.exists(self.group_key(group, &["epoch"]));
+            })
+            .await?;
+        Ok(present
+            .into_iter()
+            .flatten()
+            .filter(|present| !present)
+            .count())
+    }
+
+    /// Declares every group complete.
+    pub async fn set_group_epochs(&self, epoch: &str) -> StoreResult<()> {
+        self.query_groups::<redis::Value>("writing the groups' epochs to Redis", |group, pipe| {
+            pipe.set(self.group_key(group, &["epoch"]), epoch);
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Forgets every mapping and index entry of every group (and the
+    /// groups' epochs, so nothing is placed until they are set again):
+    /// after amnesia, what a surviving group still maps is stale, since
+    /// the nodes archive and forget everything they hold. `numbers`: the
+    /// nodes whose indexes to delete.
+    pub async fn wipe_groups(&self, numbers: &[u64]) -> StoreResult<()> {
+        self.query_groups::<redis::Value>("wiping the session groups in Redis", |group, pipe| {
+            let mut keys = vec![self.group_key(group, &["epoch"])];
+            keys.extend((0..GROUPS).map(|bucket| {
+                self.group_key(group, &["mappings", &format!("{group}{bucket:02x}")])
+            }));
+            keys.extend(numbers.iter().map(|number| self.index_key(group, *number)));
+            pipe.del(keys);
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Deletes a removed node's indexes (they are empty once its sessions
+    /// were unmapped; anything left would never be read again).
+    pub(super) async fn delete_indexes(&self, number: u64) -> StoreResult<()> {
+        self.query_groups::<redis::Value>("deleting a node's indexes in Redis", |group, pipe| {
+            pipe.del(self.index_key(group, number));
+        })
+        .await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bucket_is_four_hex_digits_and_its_first_two_are_the_group() {
+        // SHA-1("u1") = 4b8e3f5c...; Redis's sha1hex gives the same digits
+        // (checked against a real Redis in tests/api/store.rs).
+        let bucket = mapping_bucket("u1");
+        assert_eq!(bucket.len(), 4);
+        assert!(bucket.chars().all(|c| c.is_ascii_hexdigit()));
+        let groups = by_group(["u1"], |id| id);
+        assert_eq!(groups.keys().collect::<Vec<_>>(), [&bucket[..2]]);
+    }
+
+    #[test]
+    fn there_are_256_groups_each_named_once() {
+        let groups: std::collections::HashSet<String> = all_groups().collect();
+        assert_eq!(groups.len(), GROUPS);
+        assert!(groups.contains("00") && groups.contains("ff"));
+    }
+}
