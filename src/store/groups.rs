@@ -14,6 +14,7 @@ use std::collections::HashMap;
 
 use redis::AsyncCommands;
 
+use super::routes::{owner, slot_of_tag, Primary};
 use super::{Context, SessionStore, StoreResult};
 
 /// How many groups sessions are spread over: enough to spread over the
@@ -101,6 +102,9 @@ impl SessionStore {
                 .map(|size| replies.drain(..size.min(replies.len())).collect())
                 .collect());
         }
+        if let Some(replies) = self.query_groups_by_primary(&build).await {
+            return Ok(replies);
+        }
         let queries = all_groups().map(|group| {
             let mut pipe = redis::pipe();
             build(&group, &mut pipe);
@@ -117,6 +121,68 @@ impl SessionStore {
             .await
             .into_iter()
             .collect()
+    }
+
+    /// [`query_groups`](Self::query_groups) on a cluster whose routes are
+    /// known: one pipeline per primary. `None` if the routes are unknown
+    /// or stale (a slot moved: a reply is a redirection), after which the
+    /// caller goes group by group; every walk is safe to repeat.
+    async fn query_groups_by_primary<T: redis::FromRedisValue>(
+        &self,
+        build: &impl Fn(&str, &mut redis::Pipeline),
+    ) -> Option<Vec<Vec<T>>> {
+        if self.prefix.contains('{') {
+            return None; // the prefix's tag puts every key in one slot
+        }
+        let routes = match self.routes.get() {
+            Some(routes) => routes,
+            None => {
+                let slots: redis::Value = redis::cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .query_async(&mut self.conn())
+                    .await
+                    .ok()?;
+                self.routes.learn(slots).then_some(())?;
+                self.routes.get()?
+            }
+        };
+        let mut by_primary: HashMap<&Primary, (redis::Pipeline, Vec<(usize, usize)>)> =
+            HashMap::new();
+        for (i, group) in all_groups().enumerate() {
+            let primary = owner(&routes, slot_of_tag(&format!("s:{group}")))?;
+            let (pipe, parts) = by_primary.entry(primary).or_default();
+            let before = pipe.len();
+            build(&group, pipe);
+            parts.push((i, pipe.len() - before));
+        }
+        let calls = by_primary.into_iter().map(|((host, port), (pipe, parts))| async move {
+            let replies = self.conn().to_primary(pipe, host.clone(), *port).await;
+            (parts, replies)
+        });
+        let mut replies: Vec<Vec<T>> = (0..GROUPS).map(|_| Vec::new()).collect();
+        let mut stale = false;
+        for (parts, answer) in futures::future::join_all(calls).await {
+            let Some(Ok(values)) = answer else {
+                stale = true;
+                continue;
+            };
+            let mut values = values.into_iter();
+            for (i, size) in parts {
+                let group: Vec<redis::Value> = values.by_ref().take(size).collect();
+                stale |= group.len() < size;
+                for value in group {
+                    match redis::from_redis_value(value) {
+                        Ok(reply) => replies[i].push(reply),
+                        Err(_) => stale = true,
+                    }
+                }
+            }
+        }
+        if stale {
+            self.routes.forget();
+            return None;
+        }
+        Some(replies)
     }
 
     /// The sessions on `address` whose life ends at or before `by_ms`, at

@@ -40,6 +40,7 @@ pub mod groups;
 pub mod lock;
 mod nodes;
 mod sessions;
+mod routes;
 mod target;
 mod timed;
 
@@ -87,8 +88,10 @@ pub struct SessionStore {
     client: redis::Client,
     conn: timed::TimedConnection,
     prefix: std::sync::Arc<str>,
-    /// A Redis Cluster: pipelines must stay within one hash slot.
+    /// A Redis Cluster: pipelines must stay within one hash slot, unless
+    /// sent to the primary that serves them all (see [`routes`]).
     cluster: bool,
+    routes: routes::Routes,
     scripts: std::sync::Arc<Scripts>,
     /// Node number -> address, filled on first sight: a number is never
     /// given to another address, so an entry never goes stale.
@@ -157,6 +160,7 @@ impl SessionStore {
             conn: timed::TimedConnection::new(conn),
             prefix: prefix.into(),
             cluster: matches!(target, RedisTarget::Cluster(_)),
+            routes: Default::default(),
             scripts: std::sync::Arc::new(Scripts {
                 reserve: redis::Script::new(include_str!("reserve.lua")),
                 claim: mapping_script(include_str!("claim.lua")),

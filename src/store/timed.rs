@@ -30,6 +30,29 @@ impl TimedConnection {
     pub fn new(inner: Connection) -> Self {
         Self { inner }
     }
+
+    /// Sends `pipeline` to one primary of a cluster, whatever slots its
+    /// keys are in (the primary answers for the slots it serves, and an
+    /// error for the others). `None` on a single Redis.
+    pub async fn to_primary(
+        &self,
+        pipeline: Pipeline,
+        host: String,
+        port: u16,
+    ) -> Option<redis::RedisResult<Vec<Value>>> {
+        let Connection::Cluster(conn) = &self.inner else {
+            return None;
+        };
+        let started = Instant::now();
+        let count = pipeline.len();
+        let route = redis::cluster_routing::SingleNodeRoutingInfo::ByAddress { host, port };
+        let answer = conn
+            .clone()
+            .route_pipeline(pipeline, 0, count, route)
+            .await;
+        record(started);
+        Some(answer)
+    }
 }
 
 fn record(started: Instant) {

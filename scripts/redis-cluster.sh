@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# A Redis Cluster of three primaries on loopback, for tests and benches:
+#   scripts/redis-cluster.sh start PORT   # primaries on PORT, PORT+1, PORT+2
+#   scripts/redis-cluster.sh stop PORT
+# No persistence, no replicas; state in a temp directory. Prints the
+# REDIS_URL that reaches it (redis+cluster://...). Needs redis-server and
+# redis-cli (7.x).
+set -euo pipefail
+
+command=${1:-}
+port=${2:-7101}
+ports=("$port" $((port + 1)) $((port + 2)))
+dir=${TMPDIR:-/tmp}/nodes-control-cluster-$port
+
+stop() {
+    for p in "${ports[@]}"; do
+        redis-cli -p "$p" shutdown nosave >/dev/null 2>&1 || true
+    done
+    rm -rf "$dir"
+}
+
+case "$command" in
+start)
+    stop
+    mkdir -p "$dir"
+    for p in "${ports[@]}"; do
+        redis-server --port "$p" --bind 127.0.0.1 --daemonize yes \
+            --cluster-enabled yes --cluster-config-file "$dir/nodes-$p.conf" \
+            --cluster-node-timeout 2000 --save "" --appendonly no \
+            --dir "$dir" --logfile "$dir/redis-$p.log" >/dev/null
+    done
+    for p in "${ports[@]}"; do
+        for _ in $(seq 50); do
+            redis-cli -p "$p" ping >/dev/null 2>&1 && break
+            sleep 0.1
+        done
+    done
+    redis-cli --cluster create $(printf '127.0.0.1:%s ' "${ports[@]}") \
+        --cluster-replicas 0 --cluster-yes >"$dir/create.log" 2>&1 ||
+        { cat "$dir/create.log" >&2; exit 1; }
+    for p in "${ports[@]}"; do
+        for _ in $(seq 100); do
+            redis-cli -p "$p" cluster info 2>/dev/null | grep -q '^cluster_state:ok' && break
+            sleep 0.1
+        done
+        redis-cli -p "$p" cluster info | grep -q '^cluster_state:ok' ||
+            { echo "cluster on $p is not ok" >&2; exit 1; }
+    done
+    echo "redis+cluster://$(printf '127.0.0.1:%s,' "${ports[@]}" | sed 's/,$//')"
+    ;;
+stop)
+    stop
+    ;;
+*)
+    echo "usage: $0 start|stop [first port, default 7101]" >&2
+    exit 2
+    ;;
+esac
