@@ -1,5 +1,5 @@
 # Common runs. `make up` is the docker compose stack without Docker.
-.PHONY: up down test e2e lint fmt bench-sweep bench-press bench-capacity agents sessions compare
+.PHONY: up down test test-cluster e2e lint fmt bench-sweep bench-press bench-capacity agents sessions compare
 
 up:
 	bash scripts/up.sh
@@ -9,6 +9,11 @@ down:
 
 test:
 	cargo test --workspace
+
+# The API and fault tests again on a three-primary Redis Cluster on
+# loopback (needs redis-server and redis-cli 7; CI runs it after the tests).
+test-cluster:
+	bash scripts/test-cluster.sh
 
 # The status page in headless Chromium and schemathesis against /openapi.json,
 # on a stack of its own (see e2e/run.sh; CI runs it after the tests).

@@ -2,6 +2,8 @@
 # A Redis Cluster of three primaries on loopback, for tests and benches:
 #   scripts/redis-cluster.sh start PORT   # primaries on PORT, PORT+1, PORT+2
 #   scripts/redis-cluster.sh stop PORT
+#   scripts/redis-cluster.sh crash PORT N # kill -9 primary PORT+N, start it again
+#                                         # empty (it keeps its slots: nodes.conf)
 # No persistence, no replicas; state in a temp directory. Prints the
 # REDIS_URL that reaches it (redis+cluster://...). Needs redis-server and
 # redis-cli (7.x).
@@ -11,6 +13,17 @@ command=${1:-}
 port=${2:-7101}
 ports=("$port" $((port + 1)) $((port + 2)))
 dir=${TMPDIR:-/tmp}/nodes-control-cluster-$port
+
+start_one() {
+    redis-server --port "$1" --bind 127.0.0.1 --daemonize yes \
+        --cluster-enabled yes --cluster-config-file "$dir/nodes-$1.conf" \
+        --cluster-node-timeout 2000 --save "" --appendonly no \
+        --dir "$dir" --logfile "$dir/redis-$1.log" >/dev/null
+    for _ in $(seq 50); do
+        redis-cli -p "$1" ping >/dev/null 2>&1 && return
+        sleep 0.1
+    done
+}
 
 stop() {
     for p in "${ports[@]}"; do
@@ -24,16 +37,7 @@ start)
     stop
     mkdir -p "$dir"
     for p in "${ports[@]}"; do
-        redis-server --port "$p" --bind 127.0.0.1 --daemonize yes \
-            --cluster-enabled yes --cluster-config-file "$dir/nodes-$p.conf" \
-            --cluster-node-timeout 2000 --save "" --appendonly no \
-            --dir "$dir" --logfile "$dir/redis-$p.log" >/dev/null
-    done
-    for p in "${ports[@]}"; do
-        for _ in $(seq 50); do
-            redis-cli -p "$p" ping >/dev/null 2>&1 && break
-            sleep 0.1
-        done
+        start_one "$p"
     done
     redis-cli --cluster create $(printf '127.0.0.1:%s ' "${ports[@]}") \
         --cluster-replicas 0 --cluster-yes >"$dir/create.log" 2>&1 ||
@@ -51,8 +55,19 @@ start)
 stop)
     stop
     ;;
+crash)
+    p=$((port + ${3:?which primary: 0, 1 or 2}))
+    pid=$(redis-cli -p "$p" info server | tr -d '\r' | sed -n 's/^process_id://p')
+    kill -9 "$pid"
+    # Until the port is free (a killed daemon may linger as a zombie).
+    for _ in $(seq 100); do
+        redis-cli -p "$p" ping >/dev/null 2>&1 || break
+        sleep 0.05
+    done
+    start_one "$p"
+    ;;
 *)
-    echo "usage: $0 start|stop [first port, default 7101]" >&2
+    echo "usage: $0 start|stop [first port, default 7101] | crash PORT N" >&2
     exit 2
     ;;
 esac

@@ -146,8 +146,9 @@ impl SessionStore {
                 self.routes.get()?
             }
         };
-        let mut by_primary: HashMap<&Primary, (redis::Pipeline, Vec<(usize, usize)>)> =
-            HashMap::new();
+        /// One primary's pipeline and, per group in it, (group, commands).
+        type Batch = (redis::Pipeline, Vec<(usize, usize)>);
+        let mut by_primary: HashMap<&Primary, Batch> = HashMap::new();
         for (i, group) in all_groups().enumerate() {
             let primary = owner(&routes, slot_of_tag(&format!("s:{group}")))?;
             let (pipe, parts) = by_primary.entry(primary).or_default();
@@ -155,10 +156,12 @@ impl SessionStore {
             build(&group, pipe);
             parts.push((i, pipe.len() - before));
         }
-        let calls = by_primary.into_iter().map(|((host, port), (pipe, parts))| async move {
-            let replies = self.conn().to_primary(pipe, host.clone(), *port).await;
-            (parts, replies)
-        });
+        let calls = by_primary
+            .into_iter()
+            .map(|((host, port), (pipe, parts))| async move {
+                let replies = self.conn().to_primary(pipe, host.clone(), *port).await;
+                (parts, replies)
+            });
         let mut replies: Vec<Vec<T>> = (0..GROUPS).map(|_| Vec::new()).collect();
         let mut stale = false;
         for (parts, answer) in futures::future::join_all(calls).await {

@@ -39,8 +39,8 @@ mod fences;
 pub mod groups;
 pub mod lock;
 mod nodes;
-mod sessions;
 mod routes;
+mod sessions;
 mod target;
 mod timed;
 
@@ -146,13 +146,15 @@ impl SessionStore {
                     .retries(6)
                     .min_retry_wait(10)
                     .max_retry_wait(500)
+                    // Retries included (and once more on a fresh connection).
+                    .overall_response_timeout(Some(Duration::from_secs(2)))
                     .build()
                     .context("parsing the Redis Cluster seeds in REDIS_URL")?;
                 let config = redis::cluster::ClusterConfig::new()
                     .set_connection_timeout(Duration::from_secs(1))
                     .set_response_timeout(Duration::from_secs(1));
-                let conn = cluster.get_pending_async_connection_with_config(config);
-                (client, Connection::Cluster(conn))
+                let cluster = timed::Cluster::new(cluster, config);
+                (client, Connection::Cluster(std::sync::Arc::new(cluster)))
             }
         };
         Ok(Self {

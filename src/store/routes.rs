@@ -22,15 +22,18 @@ pub fn slot_of_tag(tag: &str) -> u16 {
 /// A primary: host and port as `CLUSTER SLOTS` names it.
 pub type Primary = (String, u16);
 
+/// Slot ranges by their first slot: (last slot, the primary serving them).
+pub type SlotMap = BTreeMap<u16, (u16, Primary)>;
+
 /// The last known owner of every slot, shared by the store's clones.
 #[derive(Clone, Default)]
 pub struct Routes {
-    known: Arc<RwLock<Option<Arc<BTreeMap<u16, (u16, Primary)>>>>>,
+    known: Arc<RwLock<Option<Arc<SlotMap>>>>,
 }
 
 impl Routes {
     /// The owner of each slot range, by the range's first slot.
-    pub fn get(&self) -> Option<Arc<BTreeMap<u16, (u16, Primary)>>> {
+    pub fn get(&self) -> Option<Arc<SlotMap>> {
         self.known.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
@@ -69,7 +72,7 @@ impl Routes {
 }
 
 /// The primary that serves `slot`, if the routes cover it.
-pub fn owner(routes: &BTreeMap<u16, (u16, Primary)>, slot: u16) -> Option<&Primary> {
+pub fn owner(routes: &SlotMap, slot: u16) -> Option<&Primary> {
     let (_, (end, primary)) = routes.range(..=slot).next_back()?;
     (slot <= *end).then_some(primary)
 }

@@ -4,9 +4,13 @@
 
 use std::time::Instant;
 
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 /// The connection under the store: a single Redis through the connection
 /// manager (reconnects by itself), or a cluster through redis-rs's cluster
@@ -15,7 +19,59 @@ use redis::{Cmd, Pipeline, RedisFuture, Value};
 #[derive(Clone)]
 pub enum Connection {
     Single(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster(Arc<Cluster>),
+}
+
+/// A cluster connection that is replaced when a call times out, and the
+/// call tried once more on the new one. Under resharding with a loaded
+/// CPU, redis-rs's cluster client was seen to start a slot refresh that
+/// never ended, after which every call waited behind it; a fresh
+/// connection learns the slots again and goes on. A call retried after a
+/// timeout may run twice: every script is idempotent or, for the counts,
+/// corrected by the next tally (store/groups.rs).
+pub struct Cluster {
+    client: ClusterClient,
+    config: ClusterConfig,
+    current: ArcSwap<ClusterConnection>,
+}
+
+impl Cluster {
+    pub fn new(client: ClusterClient, config: ClusterConfig) -> Self {
+        let current =
+            ArcSwap::from_pointee(client.get_pending_async_connection_with_config(config.clone()));
+        Self {
+            client,
+            config,
+            current,
+        }
+    }
+
+    fn conn(&self) -> ClusterConnection {
+        ClusterConnection::clone(&self.current.load())
+    }
+
+    /// Runs `call` on the connection; if it times out, replaces the
+    /// connection (calls in flight on the old one finish or fail by
+    /// themselves) and runs it once more.
+    async fn call<T, F>(&self, call: impl Fn(ClusterConnection) -> F) -> RedisResult<T>
+    where
+        F: std::future::Future<Output = RedisResult<T>>,
+    {
+        let used = self.current.load_full();
+        match call(ClusterConnection::clone(&used)).await {
+            Err(error) if error.is_timeout() => {
+                tracing::warn!("a Redis Cluster call timed out; reconnecting to the cluster");
+                let fresh = Arc::new(
+                    self.client
+                        .get_pending_async_connection_with_config(self.config.clone()),
+                );
+                // Only once for the calls that timed out together.
+                let _ = self.current.compare_and_swap(&used, fresh);
+                call(self.conn()).await
+            }
+            answer => answer,
+        }
+    }
 }
 
 /// A [`Connection`] that records each call's time in
@@ -40,15 +96,17 @@ impl TimedConnection {
         host: String,
         port: u16,
     ) -> Option<redis::RedisResult<Vec<Value>>> {
-        let Connection::Cluster(conn) = &self.inner else {
+        let Connection::Cluster(cluster) = &self.inner else {
             return None;
         };
         let started = Instant::now();
         let count = pipeline.len();
         let route = redis::cluster_routing::SingleNodeRoutingInfo::ByAddress { host, port };
-        let answer = conn
-            .clone()
-            .route_pipeline(pipeline, 0, count, route)
+        let answer = cluster
+            .call(|mut conn| {
+                let (pipeline, route) = (pipeline.clone(), route.clone());
+                async move { conn.route_pipeline(pipeline, 0, count, route).await }
+            })
             .await;
         record(started);
         Some(answer)
@@ -63,12 +121,15 @@ fn record(started: Instant) {
 impl ConnectionLike for TimedConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         let started = Instant::now();
-        let call = match &mut self.inner {
-            Connection::Single(conn) => conn.req_packed_command(cmd),
-            Connection::Cluster(conn) => conn.req_packed_command(cmd),
-        };
         Box::pin(async move {
-            let answer = call.await;
+            let answer = match &mut self.inner {
+                Connection::Single(conn) => conn.req_packed_command(cmd).await,
+                Connection::Cluster(cluster) => {
+                    cluster
+                        .call(|mut conn| async move { conn.req_packed_command(cmd).await })
+                        .await
+                }
+            };
             record(started);
             answer
         })
@@ -81,12 +142,17 @@ impl ConnectionLike for TimedConnection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         let started = Instant::now();
-        let call = match &mut self.inner {
-            Connection::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
-            Connection::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
-        };
         Box::pin(async move {
-            let answer = call.await;
+            let answer = match &mut self.inner {
+                Connection::Single(conn) => conn.req_packed_commands(pipeline, offset, count).await,
+                Connection::Cluster(cluster) => {
+                    cluster
+                        .call(|mut conn| async move {
+                            conn.req_packed_commands(pipeline, offset, count).await
+                        })
+                        .await
+                }
+            };
             record(started);
             answer
         })
@@ -95,7 +161,7 @@ impl ConnectionLike for TimedConnection {
     fn get_db(&self) -> i64 {
         match &self.inner {
             Connection::Single(conn) => conn.get_db(),
-            Connection::Cluster(conn) => conn.get_db(),
+            Connection::Cluster(cluster) => cluster.conn().get_db(),
         }
     }
 }

@@ -10,6 +10,7 @@ mod common;
 mod admin;
 mod cache;
 mod cli;
+mod cluster;
 mod drain;
 mod failover;
 mod fencing;

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The API and fault tests again, on a Redis Cluster of three primaries on
+# loopback (scripts/redis-cluster.sh, ports 7101-7103 unless CLUSTER_PORT
+# says otherwise), stopped afterwards. The tests that reshard or crash a
+# primary start clusters of their own; the rest share this one. Two test
+# threads: a cluster costs this two-core machine more than one Redis, and
+# the lifecycle tests count on their sweeps keeping pace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+port=${CLUSTER_PORT:-7101}
+url=$(bash scripts/redis-cluster.sh start "$port")
+trap 'bash scripts/redis-cluster.sh stop "$port"' EXIT
+echo "REDIS_URL=$url"
+REDIS_URL=$url cargo test --test api --test faults -- --test-threads 2
