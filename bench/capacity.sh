@@ -12,7 +12,12 @@
 #   4. two replicas on the same Redis, one wrk on each: presses/s together
 #      (every phase drives the balancer with two wrk of CONNS/2, so that one
 #      and two replicas meet the same client);
-#   5. expiry: a replica with SESSION_TTL_SECS=5 and a 1 s sweep, sessions
+#   5. two replicas on the same Redis, every press a new session;
+#   6. one more primary: the same two replicas over a Redis Cluster of three
+#      primaries on loopback (scripts/redis-cluster.sh), new sessions and
+#      existing ones: presses/s, Redis CPU per new session over all
+#      primaries and the busiest primary's share;
+#   7. expiry: a replica with SESSION_TTL_SECS=5 and a 1 s sweep, sessions
 #      created, then Redis commands per expired session (idle rate taken off).
 #
 # Knobs: DURATION (10s), CONNS (64), ID_POOL (10000), PIN (none: every
@@ -61,7 +66,7 @@ field() { sed -n "s/.*[ ]$1=\([^ ]*\).*/\1/p"; }
 replica() { # name port extra-env... : a balancer replica on the shared Redis
   local name=$1 port=$2; shift 2
   start "$name" 1 env LISTEN_ADDR="127.0.0.1:$port" NODES="$NODES" ADMIN_TOKEN=bench \
-    REDIS_URL="redis://127.0.0.1:$REDIS" REDIS_KEY_PREFIX="${PREFIX:-capacity:}" DATABASE_URL="$DB" \
+    REDIS_URL="${REDIS_TARGET:-redis://127.0.0.1:$REDIS}" REDIS_KEY_PREFIX="${PREFIX:-capacity:}" DATABASE_URL="$DB" \
     RUST_LOG=warn "$@" "$NC"
   wait_port "$port"
   for _ in $(seq 100); do
@@ -127,7 +132,41 @@ replica b "$B"
 load "$B" "$CONNS" 0 2s >/dev/null
 read -r rps errors req p99 <<<"$(both "$A" "$B" 0)"
 echo "two replicas, existing sessions: $rps presses/s ($(per "$rps" "$ONE")x one replica), p99 $p99 ms, errors $errors"
+cpu_before=$(redis_cpu)
+read -r rps errors req p99 <<<"$(both "$A" "$B" 1)"
+SINGLE_NEW=$rps
+echo "two replicas, new sessions, one Redis: $rps presses/s, p99 $p99 ms, errors $errors; $(cpu_us_per "$cpu_before" "$(redis_cpu)" "$req") us of Redis CPU per new session"
 stop_all
+
+# One more primary: the same two replicas over a three-primary cluster.
+CLUSTER=$((20000 + RANDOM % 10000))
+REDIS_TARGET=$(bash scripts/redis-cluster.sh start "$CLUSTER")
+trap 'stop_all; bash scripts/redis-cluster.sh stop "$CLUSTER"; rm -rf "$WORK"' EXIT
+cluster_cpu() { # -> CPU seconds of each primary so far, space-separated
+  for p in $CLUSTER $((CLUSTER + 1)) $((CLUSTER + 2)); do
+    redis-cli -p "$p" INFO cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {printf "%.6f ", s}'
+  done
+}
+start_nodes
+NODES=""
+for p in "${NODE_PORTS[@]}"; do NODES+="${NODES:+,}http://127.0.0.1:$p"; done
+PREFIX=capacity-cluster: replica d "$A"
+PREFIX=capacity-cluster: replica e "$B"
+load "$A" "$CONNS" 0 2s >/dev/null
+load "$B" "$CONNS" 0 2s >/dev/null
+read -r rps errors req p99 <<<"$(both "$A" "$B" 0)"
+echo "two replicas, existing sessions, three primaries: $rps presses/s, p99 $p99 ms, errors $errors"
+cpu_before=$(cluster_cpu)
+read -r rps errors req p99 <<<"$(both "$A" "$B" 1)"
+cpu_after=$(cluster_cpu)
+echo "two replicas, new sessions, three primaries: $rps presses/s ($(per "$rps" "$SINGLE_NEW")x one Redis), p99 $p99 ms, errors $errors; $(python3 -c '
+import sys
+n = float(sys.argv[1]); a = list(map(float, sys.argv[2].split())); b = list(map(float, sys.argv[3].split()))
+d = [y - x for x, y in zip(a, b)]
+print(f"{sum(d) * 1e6 / n:.1f} us of Redis CPU per new session over the three primaries, the busiest {max(d) / sum(d) * 100:.0f} % of it")' "$req" "$cpu_before" "$cpu_after")"
+stop_all
+bash scripts/redis-cluster.sh stop "$CLUSTER"
+unset REDIS_TARGET
 
 # Expiry: its own Redis prefix and a short life; sessions created for 2 s,
 # then counted out by the sweep.

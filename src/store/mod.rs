@@ -147,7 +147,7 @@ impl SessionStore {
                     .min_retry_wait(10)
                     .max_retry_wait(500)
                     // Retries included (and once more on a fresh connection).
-                    .overall_response_timeout(Some(Duration::from_secs(2)))
+                    .overall_response_timeout(Some(Duration::from_secs(5)))
                     .build()
                     .context("parsing the Redis Cluster seeds in REDIS_URL")?;
                 let config = redis::cluster::ClusterConfig::new()

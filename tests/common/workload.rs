@@ -66,11 +66,13 @@ pub fn assert_counts_exact(answers: &Answers) {
     }
 }
 
-/// Session time during a workload: every `tick` of real time, `step` of
-/// session time passes and a replica (each in turn) sweeps, until `until`.
-/// Sessions go through their lives `step / tick` times faster than real
-/// time, while presses, health checks and fences keep real time. Returns
-/// how many sweeps ran; a sweep that fails fails the test.
+/// Session time during a workload: session time runs `step / tick` times
+/// faster than real time (presses, health checks and fences keep real
+/// time), and a replica (each in turn) sweeps every `tick` or as soon as
+/// its last sweep is done, until `until`. Session time follows the real
+/// time that passed, not the number of sweeps, so the sessions live as
+/// many lives on a slow machine as on a fast one. Returns how many sweeps
+/// ran; a sweep that fails fails the test.
 pub fn expire_on_the_way(
     apps: &[Arc<TestApp>],
     tick: Duration,
@@ -79,12 +81,19 @@ pub fn expire_on_the_way(
 ) -> tokio::task::JoinHandle<usize> {
     let apps = apps.to_vec();
     tokio::spawn(async move {
-        let deadline = tokio::time::Instant::now() + until;
+        let started = tokio::time::Instant::now();
+        let deadline = started + until;
         let mut sweeps = 0;
+        let mut advanced = Duration::ZERO;
         while tokio::time::Instant::now() < deadline {
             tokio::time::sleep(tick).await;
+            let due = started
+                .elapsed()
+                .mul_f64(step.as_secs_f64() / tick.as_secs_f64());
+            // One hand moves every replica's clock (they share it).
+            apps[0].time.advance(due.saturating_sub(advanced));
+            advanced = due;
             let app = &apps[sweeps % apps.len()];
-            app.time.advance(step);
             let now = app.sweeper.clock().now_ms();
             app.sweeper.sweep_once(now).await.expect("a sweep failed");
             sweeps += 1;
