@@ -10,7 +10,6 @@ mod common;
 mod admin;
 mod cache;
 mod cli;
-mod cluster;
 mod drain;
 mod failover;
 mod fencing;

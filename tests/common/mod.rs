@@ -2,7 +2,6 @@
 //! Every test gets its own Redis key prefix and its own session ids, so tests
 //! run in parallel against the same servers without seeing each other.
 
-pub mod cluster;
 pub mod node;
 pub mod process;
 pub mod proxy;

@@ -1,19 +1,23 @@
 //! On a Redis Cluster (a loopback cluster of the test's own, three
 //! primaries): slots move under load without an error, a repeat or a gap;
 //! a primary that restarts empty makes the registry rebuild and no count
-//! is lost. The rest of the suite runs on a cluster too in CI
-//! (`make test-cluster`).
+//! is lost. A binary of its own, so that its clusters do not load the
+//! machine under the API suite's timings. The rest of the suite runs on a
+//! cluster too in CI (`make test-cluster`).
 
-use crate::common;
+#[allow(dead_code)] // the cluster tests use part of the kit
+mod common;
+#[path = "cluster/loopback.rs"]
+mod loopback;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::cluster::LoopbackCluster;
 use common::workload::{assert_counts_exact, press_for, Answers};
 use common::{spawn_app_with, start_nodes, test_config, unique};
+use loopback::LoopbackCluster;
 
 /// The hash tag of a session's group (store/groups.rs): `s:` and the first
 /// two hex digits of SHA-1(id).
