@@ -34,7 +34,8 @@ pub struct Config {
         default_value = "postgres://postgres@127.0.0.1:5432/nodes_control"
     )]
     pub database_url: String,
-    /// Redis holding sessions and nodes, shared by every balancer replica.
+    /// Redis holding sessions and nodes, shared by every balancer replica;
+    /// a Redis Cluster as `redis+cluster://host:port,host:port`.
     #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     pub redis_url: String,
     /// Prefix of every Redis key this balancer writes.
