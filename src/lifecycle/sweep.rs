@@ -1,6 +1,6 @@
 //! The expiry sweep (design.md §4.3): every `SWEEP_INTERVAL_SECS`, archive the
 //! sessions whose life ended, node by node, through the cleaner. It reads
-//! only the expired part of each node's expiry lists: O(expired), never a
+//! only the expired part of each node's indexes: O(expired), never a
 //! scan of the live sessions.
 //! Nodes are cleaned concurrently, each within its own deadline: a hung node
 //! delays only its own sessions (design.md §4.13).
