@@ -1,12 +1,14 @@
 -- Shared by every script that touches session mappings (prepended by
 -- `SessionStore::connect`). The layout is in store/mod.rs.
 
--- The bucket a session's mapping lives in, inside its group (ARGV[1] of
--- such a script is the group's key prefix, `P{s:gg}`): the first four hex
--- digits of SHA-1(id) (`mapping_bucket` in groups.rs agrees, and declares
--- the same key).
-local function mapping_key(group_prefix, id)
-  return group_prefix .. 'mappings:' .. string.sub(redis.sha1hex(id), 1, 4)
+-- The bucket a session's mapping lives in and its node's index, both in
+-- the session's group (`P{s:gg}`, gg the first two hex digits of
+-- SHA-1(id)); the bucket is named by the first four (`mapping_bucket` in
+-- groups.rs agrees, and the caller declares the same keys).
+local function session_keys(prefix, id, number)
+  local digest = redis.sha1hex(id)
+  local group = prefix .. '{s:' .. string.sub(digest, 1, 2) .. '}'
+  return group .. 'mappings:' .. string.sub(digest, 1, 4), group .. 'expiring:' .. number
 end
 
 -- A mapping is '{node number}:{base}:{expires at, ms}'; returns the three

@@ -179,12 +179,17 @@ impl SessionStore {
     }
 
     /// The node and expiry time of each session (`None` where it has no
-    /// mapping): one pipelined round trip per group named.
+    /// mapping), in pipelined round trips.
     pub async fn placements_of(
         &self,
         session_ids: &[String],
     ) -> StoreResult<Vec<Option<(String, i64)>>> {
-        let groups = by_group(session_ids.iter().enumerate(), |(_, id)| id.as_str());
+        // One pipeline per group on a cluster, one for all on a single Redis.
+        let groups = if self.cluster {
+            by_group(session_ids.iter().enumerate(), |(_, id)| id.as_str())
+        } else {
+            HashMap::from([(String::new(), session_ids.iter().enumerate().collect())])
+        };
         let reads = groups.into_values().map(|members| async move {
             let mut pipe = redis::pipe();
             for (_, id) in &members {
@@ -230,44 +235,61 @@ impl SessionStore {
         Ok(unmapped)
     }
 
-    /// `unmap.lua` in every group the ids fall in, all at once.
+    /// `unmap.lua` over the groups the ids fall in: one call per group on
+    /// a cluster (a script stays in one slot), all at once; one call for
+    /// every group on a single Redis (one script instead of up to 256).
     async fn unmap_in_groups(
         &self,
         number: u64,
         leaving: &[String],
         rebased: &[(String, i64)],
     ) -> StoreResult<Vec<String>> {
-        /// A group's part of the clean: its leaving ids, its re-based pairs.
+        /// A call's part of the clean: its leaving ids, its re-based pairs.
         type Part<'a> = (Vec<&'a String>, Vec<&'a (String, i64)>);
-        let mut groups: HashMap<String, Part> = HashMap::new();
-        for (group, ids) in by_group(leaving, |id| id.as_str()) {
-            groups.entry(group).or_default().0 = ids;
+        let mut parts: HashMap<String, Part> = HashMap::new();
+        let call_of = |id: &str| {
+            if self.cluster {
+                mapping_bucket(id)[..2].to_owned()
+            } else {
+                String::new()
+            }
+        };
+        for id in leaving {
+            parts.entry(call_of(id)).or_default().0.push(id);
         }
-        for (group, pairs) in by_group(rebased, |(id, _)| id.as_str()) {
-            groups.entry(group).or_default().1 = pairs;
+        for pair in rebased {
+            parts.entry(call_of(&pair.0)).or_default().1.push(pair);
         }
-        let calls = groups.into_iter().map(|(group, (leaving, rebased))| {
+        let calls = parts.into_values().map(|(leaving, rebased)| {
             let mut invocation = self.scripts.unmap.prepare_invoke();
-            invocation.key(self.index_key(&group, number));
-            let mut buckets: Vec<String> = leaving
-                .iter()
-                .map(|id| id.as_str())
-                .chain(rebased.iter().map(|(id, _)| id.as_str()))
-                .map(|id| self.mapping_key(id))
+            let ids = || {
+                leaving
+                    .iter()
+                    .map(|id| id.as_str())
+                    .chain(rebased.iter().map(|(id, _)| id.as_str()))
+            };
+            let mut keys: Vec<String> = ids()
+                .flat_map(|id| {
+                    let bucket = mapping_bucket(id);
+                    [
+                        self.index_key(&bucket[..2], number),
+                        self.group_key(&bucket[..2], &["mappings", &bucket]),
+                    ]
+                })
                 .collect();
-            buckets.sort_unstable();
-            buckets.dedup();
-            for bucket in buckets {
-                invocation.key(bucket);
+            keys.sort_unstable();
+            keys.dedup();
+            for key in keys {
+                invocation.key(key);
             }
             invocation
-                .arg(self.group_prefix(&group))
+                .arg(self.prefix.as_ref())
                 .arg(number)
                 .arg(leaving.len());
-            for id in leaving {
+            for id in &leaving {
                 invocation.arg(id.as_str());
             }
-            for (id, base) in rebased {
+            for (id, base) in &rebased {
                 invocation.arg(id.as_str()).arg(*base);
             }
             async move {

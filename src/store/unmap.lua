@@ -1,26 +1,27 @@
--- Applies a clean to one group: the sessions named as leaving are
+-- Applies a clean to the groups of the ids named (one group per call on a
+-- cluster, every group at once on a single Redis): the sessions named as leaving are
 -- unmapped from node ARGV[2] (with their index entries, so the group's
 -- count of the node stays exact); the id/base pairs still on the node take
 -- their new base. A session mapped elsewhere is left alone, so running
 -- this twice changes nothing the second time.
--- KEYS[1] the node's index in the group, KEYS[2..] the buckets of the ids.
--- ARGV: group prefix, number, count of leaving ids L, L ids, id/base pairs.
+-- KEYS: the node's indexes in those groups and the buckets of the ids.
+-- ARGV: key prefix, number, count of leaving ids L, L ids, id/base pairs.
 -- Returns the ids unmapped.
 local prefix, number, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local unmapped = {}
 for i = 4, 3 + n do
   local id = ARGV[i]
-  local key = mapping_key(prefix, id)
+  local key, index = session_keys(prefix, id, number)
   local value = redis.call('HGET', key, id)
   if value and unpack_mapping(value) == number then
     redis.call('HDEL', key, id)
     unmapped[#unmapped + 1] = id
   end
-  redis.call('ZREM', KEYS[1], id)
+  redis.call('ZREM', index, id)
 end
 for i = 4 + n, #ARGV, 2 do
   local id = ARGV[i]
-  local key = mapping_key(prefix, id)
+  local key = session_keys(prefix, id, number)
   local value = redis.call('HGET', key, id)
   if value then
     local on, _, exp = unpack_mapping(value)
