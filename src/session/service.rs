@@ -154,10 +154,20 @@ impl SessionService {
             if current.expires_at_ms <= self.clock.now_ms() {
                 // Never serve an expired session (design.md §4.3): archive it
                 // (with its node's other expired sessions) and start anew.
-                self.sweeper
+                match self
+                    .sweeper
                     .sweep_node(&current.node, id, self.clock.now_ms())
                     .await
-                    .map_err(expire_error)?;
+                {
+                    Ok(()) => {}
+                    // The node died under the clean: the cleaner declared it
+                    // down and moved its sessions off under the clean's fence,
+                    // so this one starts anew elsewhere, from its archive.
+                    Err(CleanError::Node { source, .. }) if source.is_unreachable() => {
+                        failed_over = true;
+                    }
+                    Err(error) => return Err(expire_error(error)),
+                }
                 (mapping, epoch) = self.read(id).await?;
                 continue;
             }
