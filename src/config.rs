@@ -15,6 +15,9 @@ pub const DEFAULT_ARCHIVE_TIMEOUT_MS: u64 = 1000;
 pub const DEFAULT_LEASE_MS: u64 = 3000;
 pub const DEFAULT_HEALTH_INTERVAL_MS: u64 = 2000;
 pub const DEFAULT_VIRTUAL_NODES: u32 = 150;
+pub const DEFAULT_HEALTH_CHECK_PATH: &str = "/health";
+pub const DEFAULT_NODE_MAX_IN_FLIGHT: usize = crate::nodes::limit::DEFAULT_MAX_IN_FLIGHT;
+pub const DEFAULT_NODE_QUEUE_TIMEOUT_MS: u64 = 1000;
 
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -64,9 +67,27 @@ pub struct Config {
     /// (besides the bundled Mozilla roots).
     #[arg(long, env = "NODE_CA_FILE")]
     pub node_ca_file: Option<std::path::PathBuf>,
-    /// How often every node's `/health` is probed.
+    /// How nodes are checked: `http` (`GET HEALTH_CHECK_PATH`; any answer
+    /// below 500 proves the process serves), `tcp` (a connect), `off` (only
+    /// failed presses count; a down node is tried again with a connect).
+    #[arg(long, env = "HEALTH_CHECK", value_enum, default_value_t = HealthCheck::Http)]
+    pub health_check: HealthCheck,
+    /// The path of the `http` health check. A node without it answers 404,
+    /// which is an answer: the process serves.
+    #[arg(long, env = "HEALTH_CHECK_PATH", default_value = DEFAULT_HEALTH_CHECK_PATH)]
+    pub health_check_path: String,
+    /// How often every node is checked.
     #[arg(long, env = "HEALTH_CHECK_INTERVAL_MS", default_value_t = DEFAULT_HEALTH_INTERVAL_MS)]
     pub health_check_interval_ms: u64,
+    /// Most presses this replica has in flight to one node (HAProxy's
+    /// per-server `maxconn`); the limit adapts below it when the node shows
+    /// it is saturated (connects that time out while it answers others).
+    #[arg(long, env = "NODE_MAX_IN_FLIGHT", default_value_t = DEFAULT_NODE_MAX_IN_FLIGHT)]
+    pub node_max_in_flight: usize,
+    /// Longest a press waits in this replica's queue for its node's limit;
+    /// past it the press is answered 503 `node_busy` (nothing counted).
+    #[arg(long, env = "NODE_QUEUE_TIMEOUT_MS", default_value_t = DEFAULT_NODE_QUEUE_TIMEOUT_MS)]
+    pub node_queue_timeout_ms: u64,
     /// Consecutive successful health checks before a down node is wiped
     /// and takes traffic again (a flapping node is not wiped at every flap).
     #[arg(long, env = "HEALTH_RISE", default_value_t = 3)]
@@ -174,6 +195,19 @@ impl Placement {
     }
 }
 
+/// How the health checker tells that a node's process serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HealthCheck {
+    /// `GET HEALTH_CHECK_PATH`: any answer below 500 (a 404 too) is healthy;
+    /// a JSON answer may name the node and its instance id.
+    Http,
+    /// A TCP connect.
+    Tcp,
+    /// No probes of serving nodes: only failed presses count. A down node
+    /// is tried again with a TCP connect.
+    Off,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Pretty,
@@ -195,7 +229,11 @@ impl Config {
             node_timeout_ms: DEFAULT_NODE_TIMEOUT_MS,
             node_connect_timeout_ms: DEFAULT_NODE_CONNECT_TIMEOUT_MS,
             archive_timeout_ms: DEFAULT_ARCHIVE_TIMEOUT_MS,
+            health_check: HealthCheck::Http,
+            health_check_path: DEFAULT_HEALTH_CHECK_PATH.into(),
             health_check_interval_ms: DEFAULT_HEALTH_INTERVAL_MS,
+            node_max_in_flight: DEFAULT_NODE_MAX_IN_FLIGHT,
+            node_queue_timeout_ms: DEFAULT_NODE_QUEUE_TIMEOUT_MS,
             health_rise: 3,
             health_fall: 2,
             metrics_require_token: false,
@@ -241,6 +279,9 @@ impl Config {
     }
     pub fn archive_timeout(&self) -> Duration {
         Duration::from_millis(self.archive_timeout_ms.max(1))
+    }
+    pub fn node_queue_timeout(&self) -> Duration {
+        Duration::from_millis(self.node_queue_timeout_ms)
     }
     pub fn health_check_interval(&self) -> Duration {
         Duration::from_millis(self.health_check_interval_ms.max(10))

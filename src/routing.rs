@@ -11,7 +11,7 @@ use tracing::{debug, warn};
 
 use crate::archive::events::Actor;
 use crate::cluster::NodeRegistry;
-use crate::nodes::{NodeCallError, NodeClient, Selector};
+use crate::nodes::{mono_ms, NodeCallError, NodeClient, Selector};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RouteError {
@@ -26,6 +26,10 @@ pub enum RouteError {
         #[source]
         source: NodeCallError,
     },
+    /// The node's limit stayed full for the queue's wait, or it timed out
+    /// while alive: it stays up.
+    #[error("node {0} is busy")]
+    Busy(String),
 }
 
 /// A node's answer, passed through.
@@ -43,14 +47,22 @@ pub struct Router {
     selector: Arc<Selector>,
     registry: NodeRegistry,
     client: NodeClient,
+    /// Longest a request waits for its node's limit (`NODE_QUEUE_TIMEOUT_MS`).
+    queue_timeout: std::time::Duration,
 }
 
 impl Router {
-    pub fn new(selector: Selector, registry: NodeRegistry, client: NodeClient) -> Self {
+    pub fn new(
+        selector: Selector,
+        registry: NodeRegistry,
+        client: NodeClient,
+        queue_timeout: std::time::Duration,
+    ) -> Self {
         Self {
             selector: Arc::new(selector),
             registry,
             client,
+            queue_timeout,
         }
     }
 
@@ -82,6 +94,10 @@ impl Router {
             } else {
                 Some(entry.start_request())
             };
+            let Some(_permit) = entry.limit.acquire(self.queue_timeout).await else {
+                return Err(RouteError::Busy(entry.address.clone()));
+            };
+            let sent_at = mono_ms();
             let answer = self.client.get(&entry.address, path_and_query).await;
             let outcome = if answer.is_ok() { "ok" } else { "error" };
             metrics::counter!(
@@ -94,15 +110,28 @@ impl Router {
             .increment(1);
             match answer {
                 Ok(answer) => {
+                    entry.answered();
+                    entry.limit.answered();
                     return Ok(Routed {
                         status: answer.status,
                         content_type: answer.content_type,
                         body: answer.body,
                         served_by: entry.served_by.clone(),
-                    })
+                    });
                 }
                 Err(source) if !source.is_node_fault() => {
                     return Err(RouteError::BadRequest(source.to_string()));
+                }
+                Err(source)
+                    if self
+                        .registry
+                        .table()
+                        .spare(&entry, &source, sent_at)
+                        .is_some() =>
+                {
+                    entry.limit.saturated(None);
+                    warn!(node = %entry.address, error = %source, "/process timed out on a node that stays up");
+                    return Err(RouteError::Busy(entry.address.clone()));
                 }
                 Err(source) => {
                     warn!(node = %entry.address, error = %source, "/process failed; node marked down");

@@ -12,11 +12,11 @@ use tracing::{info, warn};
 use crate::archive::Archive;
 use crate::clock::Clock;
 use crate::cluster::{HealthChecker, NodeAdmin, NodeRegistry};
-use crate::config::Config;
+use crate::config::{Config, HealthCheck};
 use crate::http::{self, ApiContext, Services};
 use crate::lifecycle::fence::Lease;
 use crate::lifecycle::{FenceWatcher, NodeCleaner, Rebuilder, Registry, Sweeper};
-use crate::nodes::{NodeAddress, NodeClient, NodeTable, Selector};
+use crate::nodes::{NodeAddress, NodeClient, NodeTable, Probe, Selector};
 use crate::routing::Router;
 use crate::session::cache::MappingCache;
 use crate::session::SessionService;
@@ -72,6 +72,11 @@ impl Application {
                 "ADMIN_TOKEN is not set: the admin endpoints need a secret. \
                  Set ADMIN_TOKEN in the environment or in .env (e.g. ADMIN_TOKEN=$(openssl rand -hex 24))",
             )?;
+        anyhow::ensure!(
+            config.health_check_path.starts_with('/'),
+            "HEALTH_CHECK_PATH must be a path starting with '/', not {:?}",
+            config.health_check_path
+        );
         let store = SessionStore::connect(&config.redis_url, &config.redis_key_prefix)?;
         let archive = Archive::connect_lazy(
             &config.database_url,
@@ -94,8 +99,15 @@ impl Application {
             config.node_timeout(),
             config.node_connect_timeout(),
             extra_roots.as_deref(),
-        )?;
-        let table = Arc::new(NodeTable::default());
+        )?
+        .with_probe(match config.health_check {
+            HealthCheck::Http => Probe::Http {
+                path: config.health_check_path.clone(),
+            },
+            HealthCheck::Tcp => Probe::Tcp,
+            HealthCheck::Off => Probe::Off,
+        });
+        let table = Arc::new(NodeTable::new(config.node_max_in_flight));
         // Fence events (raises, lowers, acks) wake the cleaners waiting on them.
         let events = Arc::new(tokio::sync::Notify::new());
         let lease = Arc::new(Lease::new(config.lease()));
@@ -118,7 +130,7 @@ impl Application {
         );
         let fences = FenceWatcher::new(store.clone(), table.clone(), events, lease.clone());
         archive.set_replica(fences.replica_id());
-        let rebuilder = Rebuilder::new(cleaner.clone());
+        let rebuilder = Rebuilder::new(cleaner.clone(), client.clone());
         let registry = NodeRegistry::new(cleaner, client.clone());
         let admin = NodeAdmin::new(registry.clone());
         let placement = config.placement.strategy().map(|kind| {
@@ -138,6 +150,7 @@ impl Application {
             ),
             registry.clone(),
             client.clone(),
+            config.node_queue_timeout(),
         );
         // True from the start: the fence watcher's first poll runs below,
         // before the listener serves anything.
@@ -151,7 +164,8 @@ impl Application {
             fences_followed.clone(),
             MappingCache::new(lease),
         )
-        .with_history(config.session_history_secs > 0);
+        .with_history(config.session_history_secs > 0)
+        .with_queue_timeout(config.node_queue_timeout());
         let listener = TcpListener::bind(&config.listen_addr)
             .await
             .with_context(|| format!("binding LISTEN_ADDR {}", config.listen_addr))?;

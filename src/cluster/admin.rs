@@ -15,6 +15,7 @@ use crate::lifecycle::{CleanError, NodeCleaner};
 use crate::nodes::address::{AddressError, NodeAddress};
 use crate::nodes::client::{NodeClient, NodeHealth};
 use crate::nodes::table::NodeTable;
+use crate::nodes::Offers;
 use crate::store::lock::{NodeLock, LOCK_WAIT};
 use crate::store::{NodeRecord, NodeState, SessionStore, StoreError};
 
@@ -60,9 +61,14 @@ pub struct NodeView {
     pub active_sessions: i64,
     /// Presses of *this replica* in flight to the node.
     pub in_flight: u64,
+    /// This replica's limit on presses in flight to the node now (it
+    /// adapts below `NODE_MAX_IN_FLIGHT` when the node shows saturation).
+    pub in_flight_limit: usize,
     /// Why the node is down, when it is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// What it offers beyond `/press` and `/clean`, as last detected.
+    pub offers: Offers,
 }
 
 /// What an admin command did, as its answer says.
@@ -169,14 +175,15 @@ impl NodeAdmin {
             }
             // One node, one registration (design.md §4.13): refused before
             // anything is sent that would change the node.
-            let health = this.client.health(&addr).await;
+            let health = this.client.first_check(&addr).await;
             this.refuse_alias(&addr, health.as_ref().ok()).await?;
             // Whatever an earlier life of this node may still archive is
             // fenced out before it counts for us again.
             this.archive.fence_failed_node(&addr).await?;
             let (state, health, reason) = match health {
-                Ok(health) => match this.client.clean(&addr, false, None, None).await {
-                    Ok(_) => {
+                Ok(mut health) => match this.client.wipe(&addr).await {
+                    Ok(selective) => {
+                        health.offers.selective_clean |= selective;
                         info!(node = %addr, reason = "new registration: counts from an earlier life would be wrong for us", "node wiped");
                         (NodeState::Up, health, None)
                     }
@@ -206,6 +213,7 @@ impl NodeAdmin {
                 instance: health.instance.clone(),
                 reason,
                 number: 0,
+                offers: health.offers,
             };
             // Postgres first: a node Redis knows is always one a rebuild knows.
             record.number = this
@@ -224,14 +232,16 @@ impl NodeAdmin {
             if this.store.register_node(&record, false).await?.is_none() {
                 return Err(AdminError::Rebuilding);
             }
+            this.store.set_node_offers(&addr, record.offers).await?;
             this.table.upsert(&record);
-            info!(node = %addr, name = %record.name, weight = record.weight, %state, "node added");
-            let mut event = NodeEvent::new(Actor::Admin, &addr, "added")
+            let offers = record.offers.describe();
+            info!(node = %addr, name = %record.name, weight = record.weight, %state, %offers, "node added");
+            // A node that did not answer is detected when it recovers.
+            let reason = record.reason.clone().unwrap_or(offers);
+            let event = NodeEvent::new(Actor::Admin, &addr, "added")
                 .states(None, Some(state.as_str()))
-                .sessions(0);
-            if let Some(reason) = &record.reason {
-                event = event.reason(reason.clone());
-            }
+                .sessions(0)
+                .reason(reason);
             this.archive.record(event);
             Ok((record, Outcome::Added))
         })
@@ -412,11 +422,9 @@ impl NodeAdmin {
         Ok(records
             .into_iter()
             .map(|r| {
-                let in_flight = self
-                    .table
-                    .get(&r.address)
-                    .map(|e| e.in_flight())
-                    .unwrap_or(0);
+                let entry = self.table.get(&r.address);
+                let in_flight = entry.as_ref().map(|e| e.in_flight()).unwrap_or(0);
+                let in_flight_limit = entry.as_ref().map(|e| e.limit.limit()).unwrap_or(0);
                 NodeView {
                     address: r.address,
                     name: r.name,
@@ -424,7 +432,9 @@ impl NodeAdmin {
                     state: r.state,
                     active_sessions: r.active_sessions,
                     in_flight,
+                    in_flight_limit,
                     reason: r.reason.filter(|_| r.state == NodeState::Down),
+                    offers: r.offers,
                 }
             })
             .collect())

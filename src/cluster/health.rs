@@ -1,21 +1,31 @@
-//! Active health checks: every node's `/health` is probed each interval.
-//! `fall` failures in a row take an up node down; `rise` successes in a row
-//! bring a down node back (after a wipe, see [`NodeAdmin::recover`]). A down
-//! node is probed with back-off (doubling up to [`MAX_BACKOFF_MS`]), so an
-//! address that answers something other than HTTP is not hammered. A node
-//! that reports another instance id than at its last wipe restarted: its
-//! counts are gone, so it is taken down and its sessions restore from the
-//! archive, as after any failure.
+//! Active health checks, as `HEALTH_CHECK` says: `GET HEALTH_CHECK_PATH`
+//! (any answer below 500 proves the process serves, so a node without the
+//! path passes with its 404), a TCP connect, or none (`off`: only failed
+//! presses take a node down; a down node is tried with a connect). `fall`
+//! failures in a row take a node down; `rise` successes in a row bring a
+//! down node back (after a wipe, see [`NodeRegistry::recover`]). A down node
+//! is probed with back-off (doubling up to [`MAX_BACKOFF_MS`]), so an
+//! address that answers something other than HTTP is not hammered.
+//!
+//! A check that timed out while the node answered presses is no failure:
+//! the node is saturated (a one-request-at-a-time server answers its check
+//! after our presses), and taking it down would cost its sessions' clicks.
+//! Timeouts alone never take the last serving node down either. A node that
+//! reports another instance id than at its last wipe restarted: its counts
+//! are gone, so it is taken down and its sessions restore from the archive,
+//! as after any failure. Only a node whose health answer carries an
+//! instance id can be caught that way.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::registry::NodeRegistry;
 use crate::archive::events::Actor;
-use crate::nodes::client::{NodeClient, NodeHealth};
+use crate::nodes::client::{NodeClient, NodeHealth, Probe};
+use crate::nodes::table::mono_ms;
 use crate::nodes::table::NodeEntry;
 use crate::store::{now_ms, NodeState};
 
@@ -68,24 +78,41 @@ impl HealthChecker {
             return HealthReport::default();
         }
         let now = now_ms();
-        let (entries, resting): (Vec<_>, Vec<_>) =
-            self.registry.table().all().into_iter().partition(|e| {
-                e.state() != NodeState::Down || e.next_probe_ms.load(Ordering::Acquire) <= now
+        let unprobed = *self.client.probe_kind() == Probe::Off;
+        let (entries, resting): (Vec<_>, Vec<_>) = self
+            .registry
+            .table()
+            .all()
+            .into_iter()
+            .partition(|e| match e.state() {
+                NodeState::Down => e.next_probe_ms.load(Ordering::Acquire) <= now,
+                NodeState::Up | NodeState::Draining => !unprobed,
             });
         // Every node of the view has its gauges set every round (a gauge
         // left alone long enough is dropped: that is how a removed node's
         // series go); a down node waiting for its next probe is 0.
         for entry in &resting {
-            set_node_gauges(entry, false);
+            set_node_gauges(entry, entry.serves_presses());
         }
-        let probes = entries.iter().map(|e| self.client.health(&e.address));
+        let started = mono_ms();
+        let probes = entries
+            .iter()
+            .map(|e| self.client.check(&e.address, e.state() == NodeState::Down));
         let results = futures::future::join_all(probes).await;
         let mut report = HealthReport::default();
         for (entry, result) in entries.iter().zip(results) {
             set_node_gauges(entry, result.is_ok());
             match result {
-                Ok(health) => self.healthy(entry, &health, &mut report).await,
-                Err(error) => self.unhealthy(entry, &error.to_string(), &mut report).await,
+                Ok(health) => {
+                    entry.answered();
+                    self.healthy(entry, &health, &mut report).await
+                }
+                Err(error) => match self.registry.table().spare(entry, &error, started) {
+                    Some(spared) if entry.serves_presses() => {
+                        debug!(node = %entry.address, %error, why = spared.as_str(), "health check timed out; not counted");
+                    }
+                    _ => self.unhealthy(entry, &error.to_string(), &mut report).await,
+                },
             }
         }
         report

@@ -146,14 +146,17 @@ impl NodeRegistry {
                 Some(record) if record.state == NodeState::Down => {}
                 _ => return Ok(false),
             }
-            let dropped = match this.cleaner.wipe(&lock).await {
-                Ok(dropped) => dropped,
+            let wiped = match this.cleaner.wipe(&lock).await {
+                Ok(wiped) => wiped,
                 Err(error) => {
                     warn!(node = %addr, %error, "could not wipe the recovered node; it stays down");
                     return Ok(false);
                 }
             };
-            let instance = this.client.health(addr).await.ok().and_then(|h| h.instance);
+            // It may have come back as another program: detect again.
+            let health = this.client.detect(addr).await.unwrap_or_default();
+            let mut offers = health.offers;
+            offers.selective_clean |= wiped.selective;
             let (state, reason) = match this.store.drain_until(addr).await? {
                 Some(_) => (
                     NodeState::Draining,
@@ -164,17 +167,20 @@ impl NodeRegistry {
                     "answered its health checks again; its counts are stale: wiped",
                 ),
             };
+            let reason = format!("{reason}; {}", offers.describe());
+            let dropped = wiped.dropped;
             this.archive.set_member_state(addr, state.as_str()).await?;
             this.store
-                .set_node_notes(addr, "", instance.as_deref())
+                .set_node_notes(addr, "", health.instance.as_deref())
                 .await?;
+            this.store.set_node_offers(addr, offers).await?;
             if let Some(old) = this
                 .store
                 .set_node_state(addr, state, &[NodeState::Down])
                 .await?
             {
                 info!(
-                    node = %addr, from = %old, sessions_dropped = dropped, reason,
+                    node = %addr, from = %old, sessions_dropped = dropped, %reason,
                     "node recovered and wiped"
                 );
                 this.archive.record(

@@ -94,6 +94,13 @@ impl IntoResponse for ApiError {
             code,
         };
         let mut response = (status, Json(body)).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            // Every 503 is passing: a busy node, a dependency coming back.
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 axum::http::header::WWW_AUTHENTICATE,
@@ -140,6 +147,20 @@ impl From<PressError> for ApiError {
                     "the session's node is being cleaned; try again",
                 )
             }
+            PressError::NodeBusy(node) => {
+                tracing::debug!(%node, "press refused: the node's queue is full");
+                ApiError::unavailable(
+                    "node_busy",
+                    "the session's node is busy; nothing was counted; try again",
+                )
+            }
+            PressError::NodeSlow { node, why } => {
+                tracing::warn!(%node, why, "press not answered in time; the node stays up");
+                ApiError::unavailable(
+                    "node_timeout",
+                    "the session's node did not answer in time; it may have counted the press; try again",
+                )
+            }
             PressError::Rebuilding => rebuilding(),
             PressError::NotFollowingFences => ApiError::unavailable(
                 "replica_not_ready",
@@ -163,6 +184,10 @@ impl From<RouteError> for ApiError {
             }
             RouteError::NoNode => {
                 ApiError::unavailable("no_node_available", "no node is available")
+            }
+            RouteError::Busy(node) => {
+                tracing::debug!(%node, "/process refused: the node is busy");
+                ApiError::unavailable("node_busy", "the chosen node is busy; try again")
             }
         }
     }

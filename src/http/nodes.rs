@@ -14,7 +14,7 @@ use super::extract::{Admin, JsonBody, QueryParams};
 use super::{ApiContext, ApiError};
 use crate::archive::events::{EventQuery, EventRecord};
 use crate::cluster::{NodeView, Outcome};
-use crate::nodes::{NodeAddress, NodeState};
+use crate::nodes::{NodeAddress, NodeState, Offers};
 
 /// `POST /node`'s body.
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -53,6 +53,9 @@ pub struct NodeAnswer {
     weight: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     state: Option<NodeState>,
+    /// `add`: what the node offers beyond `/press` and `/clean`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    offers: Option<Offers>,
     /// `drain`, `remove`: the node's sessions when the command ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     sessions: Option<i64>,
@@ -75,6 +78,7 @@ impl NodeAnswer {
             name: None,
             weight: None,
             state: None,
+            offers: None,
             sessions: None,
             deadline: None,
             archived: None,
@@ -135,6 +139,7 @@ async fn run_command(ctx: &ApiContext, cmd: NodeCommand) -> Result<(Outcome, Res
                 name: Some(node.name),
                 weight: Some(node.weight),
                 state: Some(node.state),
+                offers: Some(node.offers),
                 ..NodeAnswer::new(outcome)
             };
             Ok((outcome, Json(answer).into_response()))

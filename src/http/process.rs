@@ -33,7 +33,7 @@ pub const MAX_PROCESS_QUERY: usize = 2048;
             )),
         (status = 400, description = "`invalid_request_id`, `invalid_query`", body = ErrorBody),
         (status = 414, description = "`uri_too_long`: path over 1024 or query over 2048 bytes", body = ErrorBody),
-        (status = 503, description = "`no_node_available`, `nodes_failed`", body = ErrorBody),
+        (status = 503, description = "`no_node_available`, `nodes_failed`, `node_busy` (the node's queue stayed full, or it timed out while answering others)", body = ErrorBody),
         (status = 504, description = "`request_timeout`", body = ErrorBody),
     )
 )]

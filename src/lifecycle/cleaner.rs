@@ -64,6 +64,15 @@ pub struct CleanReport {
     pub expired: usize,
 }
 
+/// What a wipe did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wiped {
+    /// Sessions unmapped (they restore from the archive).
+    pub dropped: usize,
+    /// Whether the node showed it cleans selectively.
+    pub selective: bool,
+}
+
 #[derive(Clone)]
 pub struct NodeCleaner {
     store: SessionStore,
@@ -209,20 +218,24 @@ impl NodeCleaner {
 
     /// Recovery of a down node: under the fence, unmap its sessions (they
     /// restore from the archive) and wipe it with `/clean archive=false`.
-    pub async fn wipe(&self, lock: &NodeLock) -> Result<usize, CleanError> {
+    pub async fn wipe(&self, lock: &NodeLock) -> Result<Wiped, CleanError> {
         let addr = lock.node();
         let seq = self.raise_and_wait(addr, FenceReason::Clean).await?;
         let result = async {
             self.archive.fence_failed_node(addr).await?;
             let dropped = self.store.unmap_node(addr).await?;
-            self.client
-                .clean(addr, false, None, None)
+            let selective = self
+                .client
+                .wipe(addr)
                 .await
                 .map_err(|source| CleanError::Node {
                     node: addr.to_owned(),
                     source,
                 })?;
-            Ok(dropped.len())
+            Ok(Wiped {
+                dropped: dropped.len(),
+                selective,
+            })
         }
         .await;
         self.lower(addr, seq).await;

@@ -20,6 +20,7 @@ use super::detached::detached;
 use super::fence::HEARTBEAT;
 use crate::archive::events::{Actor, NodeEvent};
 use crate::archive::{Archive, Member};
+use crate::nodes::{NodeClient, Offers};
 use crate::store::lock::{with_lock, with_node_lock, LOCK_WAIT};
 use crate::store::{NodeRecord, NodeState, SessionStore};
 
@@ -36,14 +37,17 @@ pub struct Rebuilder {
     store: SessionStore,
     archive: Archive,
     cleaner: NodeCleaner,
+    /// To detect what each restored node offers.
+    client: NodeClient,
 }
 
 impl Rebuilder {
-    pub fn new(cleaner: NodeCleaner) -> Self {
+    pub fn new(cleaner: NodeCleaner, client: NodeClient) -> Self {
         Self {
             store: cleaner.store().clone(),
             archive: cleaner.archive().clone(),
             cleaner,
+            client,
         }
     }
 
@@ -185,7 +189,7 @@ impl Rebuilder {
                     (false, _) => NodeState::Down,
                 };
                 self.archive.set_member_state(&addr, state.as_str()).await?;
-                let record = NodeRecord {
+                let mut record = NodeRecord {
                     address: addr.clone(),
                     name: member.name.clone(),
                     weight: member.weight.max(1) as u32,
@@ -195,12 +199,17 @@ impl Rebuilder {
                     reason: (!answered)
                         .then(|| "did not answer during the registry rebuild".to_owned()),
                     number: member.number as u64,
+                    offers: Offers::default(),
                 };
+                if answered {
+                    record.offers = self.client.detect(&addr).await.unwrap_or_default().offers;
+                }
                 if self.store.register_node(&record, true).await? == Some(false) {
                     // The control slot remembered the node (a group forgot):
                     // it starts over all the same, with nothing mapped.
                     self.store.set_node_state(&addr, state, &[]).await?;
                 }
+                self.store.set_node_offers(&addr, record.offers).await?;
                 self.store.tally(&[(addr.clone(), record.number)]).await?;
                 if draining {
                     self.store

@@ -1,6 +1,10 @@
-//! Talking to nodes. Presses go through a pooled keep-alive hyper client
-//! (the hot path; reqwest costs about a quarter of the throughput there);
-//! admin calls (`/clean`, `/health`) go through reqwest.
+//! Talking to nodes. Presses to plain `http://` nodes go through each
+//! node's own connection pool (`pool.rs`), to `https://` nodes through a
+//! pooled hyper client; `/process` through hyper; `/clean` and the health
+//! check through reqwest. A node needs to answer `/press` and `/clean`
+//! only: everything else it offers (a health path, an instance id, clean
+//! tokens, selective cleans) is detected ([`NodeClient::detect`]) and never
+//! required.
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
@@ -14,6 +18,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
+use super::record::Offers;
 use super::table::NodeEntry;
 
 static JSON: http::HeaderValue = http::HeaderValue::from_static("application/json");
@@ -33,6 +38,9 @@ pub enum NodeCallError {
     Request(String),
     #[error("cannot reach the node: {0}")]
     Transport(String),
+    /// No connection within the connect timeout: nothing was sent.
+    #[error("connecting to the node timed out")]
+    ConnectTimeout,
     #[error("the node did not answer in time")]
     Timeout,
     #[error("the node answered HTTP {0}")]
@@ -44,7 +52,17 @@ pub enum NodeCallError {
 impl NodeCallError {
     /// The node did not answer at all (as opposed to answering badly).
     pub fn is_unreachable(&self) -> bool {
-        matches!(self, NodeCallError::Transport(_) | NodeCallError::Timeout)
+        matches!(
+            self,
+            NodeCallError::Transport(_) | NodeCallError::Timeout | NodeCallError::ConnectTimeout
+        )
+    }
+
+    /// Only time ran out: no refusal, no reset, no bad answer. From a node
+    /// that goes on answering others this is load, not death (design.md,
+    /// "Overload is not death").
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, NodeCallError::Timeout | NodeCallError::ConnectTimeout)
     }
 
     /// Whether the node is to blame (everything but a request we could not build).
@@ -66,12 +84,27 @@ pub struct Answer {
     pub body: Bytes,
 }
 
-/// What a node's `/health` says of it.
+/// What a node's health check says of it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeHealth {
     pub name: Option<String>,
     /// Changes when the node restarts (and so lost its counts).
     pub instance: Option<String>,
+    /// What the node offers beyond the task's API, as far as the check
+    /// tells (a TCP check tells nothing).
+    pub offers: Offers,
+}
+
+/// How the health check tells that a node's process serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// `GET path`: any answer below 500 is healthy.
+    Http { path: String },
+    /// A TCP connect.
+    Tcp,
+    /// Serving nodes are not probed (only failed presses count); a down
+    /// node is tried with a TCP connect.
+    Off,
 }
 
 /// What a `/clean` did.
@@ -89,6 +122,7 @@ pub struct NodeClient {
     admin: reqwest::Client,
     timeout: Duration,
     connect_timeout: Duration,
+    probe: Probe,
 }
 
 impl NodeClient {
@@ -148,7 +182,20 @@ impl NodeClient {
             admin,
             timeout,
             connect_timeout,
+            probe: Probe::Http {
+                path: "/health".to_owned(),
+            },
         })
+    }
+
+    /// Checks nodes with `probe` (`HEALTH_CHECK`, `HEALTH_CHECK_PATH`).
+    pub fn with_probe(mut self, probe: Probe) -> Self {
+        self.probe = probe;
+        self
+    }
+
+    pub fn probe_kind(&self) -> &Probe {
+        &self.probe
     }
 
     /// Forwards one press and returns the node's own count.
@@ -166,7 +213,10 @@ impl NodeClient {
                 let parsed = tokio::time::timeout(self.timeout, pool.post(&body, MAX_PRESS_BODY))
                     .await
                     .map_err(|_| NodeCallError::Timeout)?
-                    .map_err(|e| NodeCallError::Transport(e.error))?;
+                    .map_err(|e| match e {
+                        super::pool::PoolError::ConnectTimeout => NodeCallError::ConnectTimeout,
+                        other => NodeCallError::Transport(other.to_string()),
+                    })?;
                 Answer {
                     status: StatusCode::from_u16(parsed.status)
                         .map_err(|_| NodeCallError::Body(format!("status {}", parsed.status)))?,
@@ -217,11 +267,14 @@ impl NodeClient {
         limit: usize,
     ) -> Result<Answer, NodeCallError> {
         let call = async {
-            let response = self
-                .hot
-                .request(request)
-                .await
-                .map_err(|e| NodeCallError::Transport(error_chain(&e)))?;
+            let response = self.hot.request(request).await.map_err(|e| {
+                let chain = error_chain(&e);
+                if e.is_connect() && chain.contains("timed out") {
+                    NodeCallError::ConnectTimeout
+                } else {
+                    NodeCallError::Transport(chain)
+                }
+            })?;
             let status = response.status();
             let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
             let body = Limited::new(response.into_body(), limit)
@@ -281,18 +334,70 @@ impl NodeClient {
         Ok(CleanOutcome::All)
     }
 
-    /// `GET /health`: any 2xx within the timeout is healthy. Returns what
-    /// the node says of itself (`{"name":..,"instance":..}`, as the
-    /// reference node does), if anything.
-    pub async fn health(&self, address: &str) -> Result<NodeHealth, NodeCallError> {
+    /// One health check of a node, as `HEALTH_CHECK` says (a down node
+    /// under `off` is tried with a connect). Any HTTP answer below 500
+    /// proves the process serves: a node without a health path answers
+    /// 404, and that is an answer.
+    pub async fn check(&self, address: &str, down: bool) -> Result<NodeHealth, NodeCallError> {
+        match &self.probe {
+            Probe::Http { path } => self.get_health(address, path).await,
+            Probe::Tcp => self.connect(address).await.map(|()| NodeHealth::default()),
+            Probe::Off if down => self.connect(address).await.map(|()| NodeHealth::default()),
+            Probe::Off => Ok(NodeHealth::default()),
+        }
+    }
+
+    /// The first check of a node (added, or recovering): the configured
+    /// check, under `off` a connect, then what the node offers. `Err` when
+    /// the check failed.
+    pub async fn first_check(&self, address: &str) -> Result<NodeHealth, NodeCallError> {
+        let checked = self.check(address, true).await?;
+        match &self.probe {
+            Probe::Http { .. } => Ok(checked),
+            Probe::Tcp | Probe::Off => Ok(self.detect(address).await.unwrap_or_default()),
+        }
+    }
+
+    /// Wipes a node (`/clean archive=false`) and tells whether it cleans
+    /// selectively: it is first asked to clean no session at all, which a
+    /// selective node does (`{"cleaned":[]}`) and any other node takes as
+    /// "clean everything", the wipe we want anyway.
+    pub async fn wipe(&self, address: &str) -> Result<bool, NodeCallError> {
+        match self.clean(address, false, Some(&[]), None).await? {
+            CleanOutcome::All => Ok(false),
+            CleanOutcome::Only(_) => {
+                self.clean(address, false, None, None).await?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// What a node offers beyond `/press` and `/clean`, read from its
+    /// health path whatever `HEALTH_CHECK` is (a node without one offers
+    /// nothing more). `Err` only when the node did not answer at all.
+    pub async fn detect(&self, address: &str) -> Result<NodeHealth, NodeCallError> {
+        let path = match &self.probe {
+            Probe::Http { path } => path.as_str(),
+            Probe::Tcp | Probe::Off => "/health",
+        };
+        self.get_health(address, path).await
+    }
+
+    /// `GET {address}{path}`: below 500 is healthy; a 2xx JSON answer may
+    /// say the node's name, its instance id and its `features`.
+    async fn get_health(&self, address: &str, path: &str) -> Result<NodeHealth, NodeCallError> {
         let response = self
             .admin
-            .get(format!("{address}/health"))
+            .get(format!("{address}{path}"))
             .send()
             .await
             .map_err(reqwest_error)?;
-        if !response.status().is_success() {
-            return Err(NodeCallError::Status(response.status()));
+        let status = response.status();
+        if status.is_server_error() {
+            return Err(NodeCallError::Status(status));
+        }
+        if !status.is_success() {
+            return Ok(NodeHealth::default());
         }
         let body = response.text().await.unwrap_or_default();
         let value = serde_json::from_str::<serde_json::Value>(&body).ok();
@@ -302,14 +407,52 @@ impl NodeClient {
                 .and_then(|v| v.get(name)?.as_str().map(str::to_owned))
                 .filter(|n| !n.is_empty() && n.len() <= 255 && !n.chars().any(char::is_control))
         };
+        let features: Vec<&str> = value
+            .as_ref()
+            .and_then(|v| v.get("features")?.as_array())
+            .map(|a| a.iter().filter_map(|f| f.as_str()).collect())
+            .unwrap_or_default();
+        let instance = field("instance");
         Ok(NodeHealth {
             name: field("name"),
-            instance: field("instance"),
+            offers: Offers {
+                health: true,
+                instance_id: instance.is_some(),
+                clean_tokens: features.contains(&"clean_tokens"),
+                selective_clean: features.contains(&"session_ids"),
+            },
+            instance,
         })
+    }
+
+    /// A TCP connect to the node's host and port, within the connect timeout.
+    async fn connect(&self, address: &str) -> Result<(), NodeCallError> {
+        let uri: http::Uri = address
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| NodeCallError::Request(e.to_string()))?;
+        let host = uri.host().unwrap_or_default();
+        let port = uri
+            .port_u16()
+            .unwrap_or(if uri.scheme_str() == Some("https") {
+                443
+            } else {
+                80
+            });
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        tokio::time::timeout(
+            self.connect_timeout,
+            tokio::net::TcpStream::connect((host, port)),
+        )
+        .await
+        .map_err(|_| NodeCallError::ConnectTimeout)?
+        .map(drop)
+        .map_err(|e| NodeCallError::Transport(format!("connect: {e}")))
     }
 }
 
-/// Reads `You clicked N times`.
+/// Reads `You clicked N times`, also in the task template's words (`You
+/// clicked the button N times`): the count is the number right before
+/// `time(s)`, and the answer must begin with `You clicked`.
 pub fn parse_clicks(body: &[u8]) -> Result<i64, NodeCallError> {
     let text = std::str::from_utf8(body).map_err(|_| NodeCallError::Body("not UTF-8".into()))?;
     text.trim()
@@ -318,13 +461,16 @@ pub fn parse_clicks(body: &[u8]) -> Result<i64, NodeCallError> {
             rest.strip_suffix(" times")
                 .or_else(|| rest.strip_suffix(" time"))
         })
-        .and_then(|n| n.trim().parse::<i64>().ok())
+        .and_then(|rest| rest.rsplit(' ').next())
+        .and_then(|n| n.parse::<i64>().ok())
         .filter(|n| *n >= 0)
         .ok_or_else(|| NodeCallError::Body(text.chars().take(80).collect()))
 }
 
 fn reqwest_error(e: reqwest::Error) -> NodeCallError {
-    if e.is_timeout() {
+    if e.is_timeout() && e.is_connect() {
+        NodeCallError::ConnectTimeout
+    } else if e.is_timeout() {
         NodeCallError::Timeout
     } else {
         NodeCallError::Transport(error_chain(&e))
@@ -350,10 +496,13 @@ mod tests {
     fn reads_the_count_from_a_node_answer() {
         assert_eq!(parse_clicks(b"You clicked 5 times").unwrap(), 5);
         assert_eq!(parse_clicks(b"You clicked 1 time\n").unwrap(), 1);
+        assert_eq!(parse_clicks(b"You clicked the button 7 times").unwrap(), 7);
         for bad in [
             &b"OK"[..],
             b"You clicked -1 times",
             b"You clicked many times",
+            b"You clicked the button times",
+            b"We clicked 3 times",
             b"\xff",
         ] {
             assert!(parse_clicks(bad).is_err());

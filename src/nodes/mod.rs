@@ -4,6 +4,7 @@
 
 pub mod address;
 pub mod client;
+pub mod limit;
 pub mod pool;
 pub mod record;
 pub mod selector;
@@ -11,7 +12,7 @@ pub mod table;
 mod wire;
 
 pub use address::NodeAddress;
-pub use client::{CleanOutcome, NodeCallError, NodeClient, NodeHealth};
-pub use record::{NodeRecord, NodeState};
+pub use client::{CleanOutcome, NodeCallError, NodeClient, NodeHealth, Probe};
+pub use record::{NodeRecord, NodeState, Offers};
 pub use selector::Selector;
-pub use table::{NodeEntry, NodeTable};
+pub use table::{mono_ms, NodeEntry, NodeTable, Spared};

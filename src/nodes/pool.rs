@@ -11,6 +11,7 @@
 //! sent). Anything else is the node's failure, as before: a press it may
 //! have counted is never sent twice.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -38,20 +39,42 @@ pub struct PressPool {
     connect_timeout: Duration,
     /// Idle connections. A std mutex: held only to push or pop.
     idle: Mutex<Vec<Conn>>,
+    /// Connections carrying a press now: what the node has accepted.
+    busy: AtomicUsize,
 }
 
-/// Why an exchange failed, and whether the request surely never left.
+/// Counts a connection as carrying a press until dropped.
+struct Busy<'a>(&'a AtomicUsize);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Why an exchange failed.
 #[derive(Debug)]
-pub struct PoolError {
-    pub error: String,
-    pub not_sent: bool,
+pub enum PoolError {
+    /// No connection within the connect timeout: nothing was sent. From a
+    /// node that goes on answering others, a sign of a full listen backlog.
+    ConnectTimeout,
+    /// No connection (refused, unreachable): nothing was sent.
+    Connect(String),
+    /// The request may have reached the node.
+    Exchange(String),
 }
 
 impl PoolError {
     fn sent(error: impl Into<String>) -> Self {
-        Self {
-            error: error.into(),
-            not_sent: false,
+        PoolError::Exchange(error.into())
+    }
+}
+
+impl std::fmt::Display for PoolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PoolError::ConnectTimeout => f.write_str("connect timed out"),
+            PoolError::Connect(e) | PoolError::Exchange(e) => f.write_str(e),
         }
     }
 }
@@ -68,7 +91,13 @@ impl PressPool {
             head,
             connect_timeout,
             idle: Mutex::new(Vec::new()),
+            busy: AtomicUsize::new(0),
         }
+    }
+
+    /// Connections carrying a press now.
+    pub fn busy(&self) -> usize {
+        self.busy.load(Ordering::Relaxed)
     }
 
     /// Posts `body` and reads the whole answer (body up to `limit` bytes).
@@ -86,6 +115,8 @@ impl PressPool {
             },
             None => self.fresh(&request).await?,
         };
+        self.busy.fetch_add(1, Ordering::Relaxed);
+        let _busy = Busy(&self.busy);
         let answer = read_answer(&mut conn, limit).await?;
         if answer.reusable {
             self.checkin(conn);
@@ -99,10 +130,7 @@ impl PressPool {
         conn.stream
             .write_all(request)
             .await
-            .map_err(|e| PoolError {
-                error: format!("sending the press: {e}"),
-                not_sent: true,
-            })?;
+            .map_err(|e| PoolError::Connect(format!("sending the press: {e}")))?;
         Ok(conn)
     }
 
@@ -132,15 +160,11 @@ impl PressPool {
     }
 
     async fn connect(&self) -> Result<Conn, PoolError> {
-        let fail = |error: String| PoolError {
-            not_sent: true,
-            error,
-        };
         let stream =
             tokio::time::timeout(self.connect_timeout, TcpStream::connect(&self.authority))
                 .await
-                .map_err(|_| fail("connect timed out".to_owned()))?
-                .map_err(|e| fail(format!("connect: {e}")))?;
+                .map_err(|_| PoolError::ConnectTimeout)?
+                .map_err(|e| PoolError::Connect(format!("connect: {e}")))?;
         let _ = stream.set_nodelay(true);
         Ok(Conn {
             stream,

@@ -60,4 +60,96 @@ pub struct NodeRecord {
     /// Its number (Postgres assigns it): session mappings name their node
     /// by it.
     pub number: u64,
+    /// What it offers beyond `/press` and `/clean`, as last detected.
+    pub offers: Offers,
+}
+
+/// What a node offers beyond the task's API (`/press`, `/clean`), detected
+/// when it is added and when it recovers, and what each buys (the README's
+/// table of guarantees).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct Offers {
+    /// Answers its health path (`HEALTH_CHECK_PATH`) with a 2xx.
+    pub health: bool,
+    /// Reports an instance id there: a restart is detected at the next
+    /// health check (without it, a node that restarted between two checks
+    /// is not noticed and its sessions go on from their base).
+    pub instance_id: bool,
+    /// Stamps its archive rows with the clean token it was given: a late
+    /// archive after a failover is never counted.
+    pub clean_tokens: bool,
+    /// Cleans only the sessions named in `session_ids` (answers
+    /// `{"cleaned":[..]}`); otherwise every clean forgets everything and
+    /// live sessions are re-based.
+    pub selective_clean: bool,
+}
+
+impl Offers {
+    const NAMES: [&'static str; 4] = ["health", "instance_id", "clean_tokens", "selective_clean"];
+
+    fn flags(self) -> [bool; 4] {
+        [
+            self.health,
+            self.instance_id,
+            self.clean_tokens,
+            self.selective_clean,
+        ]
+    }
+
+    /// The names of what it offers, comma-separated ("" for nothing), as
+    /// the registry keeps them.
+    pub fn encode(self) -> String {
+        Self::NAMES
+            .iter()
+            .zip(self.flags())
+            .filter(|(_, on)| *on)
+            .map(|(name, _)| *name)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub fn decode(text: &str) -> Self {
+        let has = |name: &str| text.split(',').any(|n| n == name);
+        Offers {
+            health: has("health"),
+            instance_id: has("instance_id"),
+            clean_tokens: has("clean_tokens"),
+            selective_clean: has("selective_clean"),
+        }
+    }
+
+    /// A sentence for the audit log and the logs.
+    pub fn describe(self) -> String {
+        match self.encode() {
+            names if names.is_empty() => "offers the task's API only (/press, /clean)".to_owned(),
+            names => format!("offers {}", names.replace(',', ", ")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Offers;
+
+    #[test]
+    fn offers_survive_the_registry_text() {
+        for offers in [
+            Offers::default(),
+            Offers {
+                health: true,
+                instance_id: true,
+                clean_tokens: false,
+                selective_clean: true,
+            },
+        ] {
+            assert_eq!(Offers::decode(&offers.encode()), offers);
+        }
+        assert_eq!(
+            Offers::decode("health,unknown"),
+            Offers {
+                health: true,
+                ..Offers::default()
+            }
+        );
+    }
 }

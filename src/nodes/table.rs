@@ -10,6 +10,8 @@ use balancing::LoadTracker;
 use http::Uri;
 use tokio::sync::{RwLock as AsyncRwLock, RwLockWriteGuard};
 
+use super::client::NodeCallError;
+use super::limit::InFlightLimit;
 use super::record::{NodeRecord, NodeState};
 
 /// One node as this replica sees it.
@@ -53,6 +55,11 @@ pub struct NodeEntry {
     instance: std::sync::Mutex<Option<String>>,
     /// Connections for presses, made on first use (plain HTTP nodes).
     press_pool: std::sync::OnceLock<super::pool::PressPool>,
+    /// This replica's limit on presses in flight to the node, and its queue.
+    pub limit: InFlightLimit,
+    /// When the node last answered anything (a press, a health check), on
+    /// [`mono_ms`]: a node that answers is alive, however slow.
+    last_answer_ms: AtomicU64,
     /// This node's press metrics, registered once.
     pub metrics: NodeMetrics,
 }
@@ -84,7 +91,12 @@ impl NodeMetrics {
 }
 
 impl NodeEntry {
-    fn new(record: &NodeRecord, loads: &LoadTracker, membership: &Arc<Membership>) -> Option<Self> {
+    fn new(
+        record: &NodeRecord,
+        loads: &LoadTracker,
+        membership: &Arc<Membership>,
+        max_in_flight: usize,
+    ) -> Option<Self> {
         let press_uri = format!("{}/press", record.address).parse().ok()?;
         Some(Self {
             address: record.address.clone(),
@@ -105,6 +117,8 @@ impl NodeEntry {
             probe_backoff_ms: AtomicU64::new(0),
             instance: std::sync::Mutex::new(record.instance.clone()),
             press_pool: std::sync::OnceLock::new(),
+            limit: InFlightLimit::new(max_in_flight),
+            last_answer_ms: AtomicU64::new(0),
             metrics: NodeMetrics::new(&record.address, &record.name),
         })
     }
@@ -127,6 +141,22 @@ impl NodeEntry {
                 connect_timeout,
             )
         }))
+    }
+
+    /// Records that the node answered just now.
+    pub fn answered(&self) {
+        self.last_answer_ms.store(mono_ms(), Ordering::Release);
+    }
+
+    /// Whether the node answered anything at or after `since` (on [`mono_ms`]).
+    pub fn answered_since(&self, since: u64) -> bool {
+        self.last_answer_ms.load(Ordering::Acquire) >= since
+    }
+
+    /// Connections now carrying a press to the node, when this replica
+    /// can tell (plain `http://` nodes): what the node has accepted.
+    pub fn connections_busy(&self) -> Option<usize> {
+        self.press_pool.get().map(|pool| pool.busy())
     }
 
     /// The instance id recorded at the node's last wipe, if it reports one.
@@ -256,8 +286,38 @@ impl Membership {
     }
 }
 
+/// Why a failed call did not take its node down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spared {
+    /// The node is alive and saturated.
+    Saturated,
+    /// Only timeouts speak against it, and no other node serves.
+    LastNode,
+}
+
+impl Spared {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Spared::Saturated => "it answers others: saturated, not gone",
+            Spared::LastNode => "only timeouts speak against it and no other node serves",
+        }
+    }
+}
+
+/// Milliseconds on this process's monotonic clock (never 0, so 0 can mean
+/// "never"). For measuring within one process only: no safety decision
+/// compares it with another host's.
+pub fn mono_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
+        + 1
+}
+
 /// All nodes this replica knows, by normalised address.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct NodeTable {
     /// In-flight counts by node address, read by load-aware strategies.
     loads: LoadTracker,
@@ -271,9 +331,61 @@ pub struct NodeTable {
     /// its last clean ended at. A press that read its mapping before the
     /// clean of its node ended must read it again (it may be stale).
     epoch: AtomicU64,
+    /// `NODE_MAX_IN_FLIGHT`: every node's limit starts here.
+    max_in_flight: usize,
+}
+
+impl Default for NodeTable {
+    fn default() -> Self {
+        Self::new(super::limit::DEFAULT_MAX_IN_FLIGHT)
+    }
 }
 
 impl NodeTable {
+    pub fn new(max_in_flight: usize) -> Self {
+        Self {
+            loads: LoadTracker::default(),
+            membership: Arc::default(),
+            entries: RwLock::default(),
+            epoch: AtomicU64::new(0),
+            max_in_flight,
+        }
+    }
+
+    /// Whether a call that failed is no evidence that its node is gone, and
+    /// why (design.md, "Overload is not death"). Only time running out can
+    /// be spared; a refusal, a reset or a bad answer never is. `sent_at`:
+    /// when the call began, on [`mono_ms`].
+    pub fn spare(&self, entry: &NodeEntry, error: &NodeCallError, sent_at: u64) -> Option<Spared> {
+        if !error.is_timeout() {
+            return None;
+        }
+        // It answered others while this call waited, or (a connect that
+        // timed out) it holds connections of ours carrying presses: a full
+        // listen backlog or a long queue of its own, not a dead process. (A
+        // node cut off holds none: every press of ours is still connecting.)
+        let busy = entry.answered_since(sent_at)
+            || matches!(error, NodeCallError::ConnectTimeout)
+                && entry.connections_busy().unwrap_or(0) > 0;
+        if busy {
+            Some(Spared::Saturated)
+        } else if !self.others_serve(&entry.address) {
+            // Timeouts alone never take the last node down: a stalled
+            // machine would otherwise eject every node, and every ejection
+            // loses the clicks since the node's last archive.
+            Some(Spared::LastNode)
+        } else {
+            None
+        }
+    }
+
+    /// Whether a node other than `address` serves presses in this view.
+    pub fn others_serve(&self, address: &str) -> bool {
+        self.read()
+            .values()
+            .any(|e| e.address != address && e.serves_presses())
+    }
+
     pub fn get(&self, address: &str) -> Option<Arc<NodeEntry>> {
         self.read().get(address).cloned()
     }
@@ -348,7 +460,9 @@ impl NodeTable {
                 *entry.instance.lock().unwrap_or_else(|e| e.into_inner()) = record.instance.clone();
             }
             None => {
-                if let Some(entry) = NodeEntry::new(record, &self.loads, &self.membership) {
+                if let Some(entry) =
+                    NodeEntry::new(record, &self.loads, &self.membership, self.max_in_flight)
+                {
                     // A node (re)appearing in this view may have been cleaned
                     // while we did not know it (a removal and re-add, a
                     // rebuilt registry): mappings read before now are void.

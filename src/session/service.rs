@@ -3,7 +3,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::cache::MappingCache;
 use super::SessionId;
@@ -13,7 +13,7 @@ use crate::archive::{Archive, ArchiveError};
 use crate::clock::Clock;
 use crate::cluster::NodeRegistry;
 use crate::lifecycle::{CleanError, Sweeper};
-use crate::nodes::{NodeCallError, NodeClient, NodeEntry, NodeTable, Selector};
+use crate::nodes::{NodeCallError, NodeClient, NodeEntry, NodeTable, Selector, Spared};
 use crate::store::{Mapping, Placed, SessionStore, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +36,15 @@ pub enum PressError {
     FailOver(#[source] CleanError),
     #[error("node {0} is being cleaned for too long")]
     Fenced(String),
+    /// The node's limit of presses in flight stayed full for the queue's
+    /// wait: the press was never sent.
+    #[error("node {0} is busy: its queue is full")]
+    NodeBusy(String),
+    /// The press was sent and not answered in time, by a node that is alive
+    /// (it answers others) or the last one serving: it stays up, and the
+    /// press may have been counted.
+    #[error("node {node} did not answer in time ({why})")]
+    NodeSlow { node: String, why: &'static str },
     #[error("the registry is being rebuilt after Redis lost its data")]
     Rebuilding,
     #[error("the press did not complete within its deadline")]
@@ -75,6 +84,8 @@ pub struct SessionService {
     cache: Arc<MappingCache>,
     /// Session time (the sweeper's): expiry is decided on it.
     clock: Clock,
+    /// Longest a press waits for its node's limit (`NODE_QUEUE_TIMEOUT_MS`).
+    queue_timeout: Duration,
     /// Whether placements go to the session history.
     history: bool,
 }
@@ -110,7 +121,14 @@ impl SessionService {
             fences_followed,
             cache: Arc::new(cache),
             history: false,
+            queue_timeout: Duration::from_millis(crate::config::DEFAULT_NODE_QUEUE_TIMEOUT_MS),
         }
+    }
+
+    /// Presses wait at most `wait` for their node's limit.
+    pub fn with_queue_timeout(mut self, wait: Duration) -> Self {
+        self.queue_timeout = wait;
+        self
     }
 
     /// Records every placement in the session history (`GET /sessions/{id}`).
@@ -143,6 +161,8 @@ impl SessionService {
         // Set once this press moved its session off a failed node: the
         // placement that follows is recorded as a failover.
         let mut failed_over = false;
+        // How long this press may still queue for a node's limit.
+        let mut queued_until: Option<Instant> = None;
         loop {
             if Instant::now() >= deadline {
                 return Err(PressError::Deadline);
@@ -188,6 +208,16 @@ impl SessionService {
                 }
             };
             let in_flight = entry.start_request();
+            let queued_until =
+                *queued_until.get_or_insert_with(|| Instant::now() + self.queue_timeout);
+            let Some(permit) = entry
+                .limit
+                .acquire(queued_until.min(deadline) - Instant::now())
+                .await
+            else {
+                metrics::counter!("nodes_control_node_busy_total").increment(1);
+                return Err(PressError::NodeBusy(entry.address.clone()));
+            };
             let Some(gate) = entry.enter(deadline - Instant::now()).await else {
                 return Err(PressError::Fenced(entry.address.clone()));
             };
@@ -209,9 +239,10 @@ impl SessionService {
             } else {
                 current
             };
+            let sent_at = crate::nodes::mono_ms();
             match self.attempt(&entry, id).await {
                 Attempt::Served(count) => {
-                    drop((gate, in_flight));
+                    drop((gate, permit, in_flight));
                     return Ok(Pressed {
                         clicks: count + current.base,
                         node: entry,
@@ -222,37 +253,76 @@ impl SessionService {
                 }
                 Attempt::Failed(error) if !error.is_node_fault() => {
                     // Not the node's doing: it stays up, the press fails.
-                    drop((gate, in_flight));
+                    drop((gate, permit, in_flight));
                     return Err(PressError::NodeFailed {
                         node: entry.address.clone(),
                         source: error,
                     });
                 }
                 Attempt::Failed(error) => {
-                    warn!(node = %entry.address, session = %id, %error, "press failed; node marked down");
-                    // Recorded while we still hold the gate: a clean waiting
-                    // for it then sees the node down and never asks it to
-                    // archive counts that may include this press.
-                    self.registry
-                        .mark_down(
-                            &entry,
-                            Actor::PressFailure,
-                            &format!("a press failed: {error}"),
-                        )
-                        .await;
-                    if let Some((node, source)) = failed {
-                        return Err(PressError::NodeFailed { node, source });
+                    if let Some(spared) = self.table().spare(&entry, &error, sent_at) {
+                        drop((gate, permit, in_flight));
+                        let sent = !matches!(error, NodeCallError::ConnectTimeout);
+                        if spared == Spared::Saturated {
+                            let limit = entry.limit.saturated(match sent {
+                                true => None,
+                                false => entry.connections_busy(),
+                            });
+                            if let Some(limit) = limit {
+                                info!(node = %entry.address, limit, %error, "node saturated: fewer presses in flight to it");
+                            }
+                        }
+                        if sent {
+                            return Err(PressError::NodeSlow {
+                                node: entry.address.clone(),
+                                why: spared.as_str(),
+                            });
+                        }
+                        // Nothing was sent: queue for the node again, within
+                        // the press's time in the queue.
+                        if Instant::now() >= queued_until {
+                            metrics::counter!("nodes_control_node_busy_total").increment(1);
+                            return Err(PressError::NodeBusy(entry.address.clone()));
+                        }
+                        mapping = Some(current);
+                        continue;
                     }
-                    failed = Some((entry.address.clone(), error));
-                    metrics::counter!("nodes_control_failovers_total").increment(1);
+                    self.failed(&entry, id, error, &mut failed).await?;
                 }
             }
-            drop((gate, in_flight));
+            drop((gate, permit, in_flight));
             self.cache.forget(id);
             self.fail_over(&entry, id, deadline).await?;
             failed_over = true;
             (mapping, epoch) = self.read(id).await?;
         }
+    }
+
+    /// A press failed at its node, which is gone: marked down *before the
+    /// gate is released* (the caller holds it), so a clean waiting for the
+    /// gate sees it down and never asks it to archive counts that may
+    /// include this press. A second failure ends the press.
+    async fn failed(
+        &self,
+        entry: &NodeEntry,
+        id: &str,
+        error: NodeCallError,
+        failed: &mut Option<(String, NodeCallError)>,
+    ) -> Result<(), PressError> {
+        warn!(node = %entry.address, session = %id, %error, "press failed; node marked down");
+        self.registry
+            .mark_down(
+                entry,
+                Actor::PressFailure,
+                &format!("a press failed: {error}"),
+            )
+            .await;
+        if let Some((node, source)) = failed.take() {
+            return Err(PressError::NodeFailed { node, source });
+        }
+        *failed = Some((entry.address.clone(), error));
+        metrics::counter!("nodes_control_failovers_total").increment(1);
+        Ok(())
     }
 
     /// Reads the mapping from Redis (the epoch first) and caches it.
@@ -288,6 +358,8 @@ impl SessionService {
                 match result {
                     Ok(count) => {
                         entry.metrics.served.increment(1);
+                        entry.answered();
+                        entry.limit.answered();
                         Attempt::Served(count)
                     }
                     Err(error) => {

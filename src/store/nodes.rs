@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use redis::AsyncCommands;
 
 use super::{now_ms, Context, SessionStore, StoreResult};
-use crate::nodes::record::{NodeRecord, NodeState};
+use crate::nodes::record::{NodeRecord, NodeState, Offers};
 
 impl SessionStore {
     /// Registers a node; `Some(false)` if it was registered already, `None`
@@ -94,31 +94,58 @@ impl SessionStore {
         Ok(())
     }
 
-    pub async fn set_node_weight(&self, address: &str, weight: u32) -> StoreResult<()> {
-        // HSET XX semantics: only a registered node is re-weighted.
-        redis::Script::new(
-            "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'weight', ARGV[1]) end return 0",
+    /// Records what a registered node offers beyond the task's API.
+    pub async fn set_node_offers(&self, address: &str, offers: Offers) -> StoreResult<()> {
+        self.set_node_field(
+            address,
+            "offers",
+            offers.encode(),
+            "recording what a node offers in Redis",
         )
-        .key(self.key(&["node", address]))
-        .arg(weight)
-        .invoke_async::<i64>(&mut self.conn())
         .await
-        .context("changing a node's weight in Redis")?;
-        Ok(())
+    }
+
+    pub async fn set_node_weight(&self, address: &str, weight: u32) -> StoreResult<()> {
+        self.set_node_field(
+            address,
+            "weight",
+            weight,
+            "changing a node's weight in Redis",
+        )
+        .await
     }
 
     /// Marks a registered node as draining until `until_ms` (the drain's
     /// deadline): the mark of a drain an admin asked for, which a removal's
     /// own brief draining does not carry.
     pub async fn set_drain_until(&self, address: &str, until_ms: i64) -> StoreResult<()> {
+        self.set_node_field(
+            address,
+            "drain_until",
+            until_ms,
+            "recording a node's drain in Redis",
+        )
+        .await
+    }
+
+    /// Sets one field of a node's hash, only if the node is registered
+    /// (HSET XX semantics: a removed node is not brought back half-made).
+    async fn set_node_field(
+        &self,
+        address: &str,
+        field: &str,
+        value: impl redis::ToRedisArgs,
+        context: &'static str,
+    ) -> StoreResult<()> {
         redis::Script::new(
-            "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'drain_until', ARGV[1]) end return 0",
+            "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end return 0",
         )
         .key(self.key(&["node", address]))
-        .arg(until_ms)
+        .arg(field)
+        .arg(value)
         .invoke_async::<i64>(&mut self.conn())
         .await
-        .context("recording a node's drain in Redis")?;
+        .context(context)?;
         Ok(())
     }
 
@@ -275,5 +302,6 @@ fn record_from_fields(
         instance: get("instance").filter(|i| !i.is_empty()).map(str::to_owned),
         reason: get("reason").filter(|r| !r.is_empty()).map(str::to_owned),
         number: get("number").and_then(|n| n.parse().ok()).unwrap_or(0),
+        offers: Offers::decode(get("offers").unwrap_or("")),
     })
 }

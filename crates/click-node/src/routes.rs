@@ -129,8 +129,21 @@ async fn process(
     }))
 }
 
+/// Says what this node offers beyond the task's API, for the balancer to
+/// detect: an instance id (a restart is noticed), clean tokens written into
+/// the archive rows, and cleans of only the sessions named (unless started
+/// with `--clean-all`).
 async fn health(State(node): State<Arc<Node>>) -> Json<serde_json::Value> {
-    Json(json!({ "status": "ok", "name": node.name, "instance": node.instance }))
+    let mut features = vec!["clean_tokens"];
+    if !node.clean_all {
+        features.push("session_ids");
+    }
+    Json(json!({
+        "status": "ok",
+        "name": node.name,
+        "instance": node.instance,
+        "features": features,
+    }))
 }
 
 fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, NodeError> {
