@@ -154,12 +154,18 @@ impl From<PressError> for ApiError {
                     "the session's node is busy; nothing was counted; try again",
                 )
             }
-            PressError::NodeSlow { node, why } => {
-                tracing::warn!(%node, why, "press not answered in time; the node stays up");
-                ApiError::unavailable(
-                    "node_timeout",
-                    "the session's node did not answer in time; it may have counted the press; try again",
-                )
+            PressError::NodeSaturated { node, source, why } => {
+                tracing::warn!(%node, error = %source, why, "press not answered; the node stays up");
+                match source.is_timeout() {
+                    true => ApiError::unavailable(
+                        "node_timeout",
+                        "the session's node did not answer in time; it may have counted the press; try again",
+                    ),
+                    false => ApiError::unavailable(
+                        "node_unavailable",
+                        "a gateway in front of the session's node answered that it is unavailable; the press may have been counted; try again",
+                    ),
+                }
             }
             PressError::Rebuilding => rebuilding(),
             PressError::NotFollowingFences => ApiError::unavailable(

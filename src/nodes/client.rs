@@ -58,11 +58,23 @@ impl NodeCallError {
         )
     }
 
-    /// Only time ran out: no refusal, no reset, no bad answer. From a node
-    /// that goes on answering others this is load, not death (design.md,
-    /// "Overload is not death").
+    /// Only time ran out: no refusal, no reset, no bad answer.
     pub fn is_timeout(&self) -> bool {
         matches!(self, NodeCallError::Timeout | NodeCallError::ConnectTimeout)
+    }
+
+    /// A gateway's word that the node behind it is unavailable or slow
+    /// (502, 503, 504): what a proxy in front of a saturated node answers.
+    pub fn is_gateway(&self) -> bool {
+        matches!(self, NodeCallError::Status(s) if matches!(s.as_u16(), 502..=504))
+    }
+
+    /// No evidence that the node is gone: time ran out, or a gateway said
+    /// the node behind it is unavailable. From a node that goes on
+    /// answering others this is load, not death (design.md, "Overload is
+    /// not death").
+    pub fn is_inconclusive(&self) -> bool {
+        self.is_timeout() || self.is_gateway()
     }
 
     /// Whether the node is to blame (everything but a request we could not build).
@@ -268,11 +280,10 @@ impl NodeClient {
     ) -> Result<Answer, NodeCallError> {
         let call = async {
             let response = self.hot.request(request).await.map_err(|e| {
-                let chain = error_chain(&e);
-                if e.is_connect() && chain.contains("timed out") {
+                if e.is_connect() && timed_out(&e) {
                     NodeCallError::ConnectTimeout
                 } else {
-                    NodeCallError::Transport(chain)
+                    NodeCallError::Transport(error_chain(&e))
                 }
             })?;
             let status = response.status();
@@ -475,6 +486,22 @@ fn reqwest_error(e: reqwest::Error) -> NodeCallError {
     } else {
         NodeCallError::Transport(error_chain(&e))
     }
+}
+
+/// Whether an error was caused by time running out (hyper's connector
+/// says so with an `io::Error` of kind `TimedOut` in its chain).
+fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(e);
+    while let Some(error) = source {
+        if error
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        source = error.source();
+    }
+    false
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

@@ -353,11 +353,11 @@ impl NodeTable {
     }
 
     /// Whether a call that failed is no evidence that its node is gone, and
-    /// why (design.md, "Overload is not death"). Only time running out can
-    /// be spared; a refusal, a reset or a bad answer never is. `sent_at`:
-    /// when the call began, on [`mono_ms`].
+    /// why (design.md, "Overload is not death"). Only time running out, or
+    /// a gateway's 502-504, can be spared; a refusal, a reset or a bad
+    /// answer never is. `sent_at`: when the call began, on [`mono_ms`].
     pub fn spare(&self, entry: &NodeEntry, error: &NodeCallError, sent_at: u64) -> Option<Spared> {
-        if !error.is_timeout() {
+        if !error.is_inconclusive() {
             return None;
         }
         // It answered others while this call waited, or (a connect that
@@ -370,7 +370,8 @@ impl NodeTable {
         if busy {
             Some(Spared::Saturated)
         } else if !self.others_serve(&entry.address) {
-            // Timeouts alone never take the last node down: a stalled
+            // Timeouts (or a gateway's word) alone never take the last node
+            // down: a stalled
             // machine would otherwise eject every node, and every ejection
             // loses the clicks since the node's last archive.
             Some(Spared::LastNode)

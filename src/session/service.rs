@@ -40,11 +40,17 @@ pub enum PressError {
     /// wait: the press was never sent.
     #[error("node {0} is busy: its queue is full")]
     NodeBusy(String),
-    /// The press was sent and not answered in time, by a node that is alive
-    /// (it answers others) or the last one serving: it stays up, and the
-    /// press may have been counted.
-    #[error("node {node} did not answer in time ({why})")]
-    NodeSlow { node: String, why: &'static str },
+    /// The press was sent and not answered (in time, or a gateway in front
+    /// of the node answered 502-504), by a node that is alive (it answers
+    /// others) or the last one serving: it stays up, and the press may have
+    /// been counted.
+    #[error("node {node} did not answer the press: {source} ({why})")]
+    NodeSaturated {
+        node: String,
+        #[source]
+        source: NodeCallError,
+        why: &'static str,
+    },
     #[error("the registry is being rebuilt after Redis lost its data")]
     Rebuilding,
     #[error("the press did not complete within its deadline")]
@@ -273,8 +279,9 @@ impl SessionService {
                             }
                         }
                         if sent {
-                            return Err(PressError::NodeSlow {
+                            return Err(PressError::NodeSaturated {
                                 node: entry.address.clone(),
+                                source: error,
                                 why: spared.as_str(),
                             });
                         }

@@ -5,6 +5,8 @@
 pub mod node;
 pub mod process;
 pub mod proxy;
+#[allow(dead_code)] // the conformance suite's nodes, unused elsewhere
+pub mod task_node;
 pub mod workload;
 
 use std::time::Duration;
