@@ -77,7 +77,13 @@ async fn conform(variant: Variant) {
     // Presses, for several rounds of the default health check: a node
     // without /health stays up, every answer is the last one plus one.
     let sessions: Vec<String> = (0..8).map(|i| unique(&format!("conf{i}"))).collect();
-    let answers = press_for(&[app.clone()], &sessions, 4, Duration::from_millis(1500)).await;
+    let answers = press_for(
+        std::slice::from_ref(&app),
+        &sessions,
+        4,
+        Duration::from_millis(1500),
+    )
+    .await;
     assert_counts_exact(&answers);
     let mut last: HashMap<String, i64> = answers
         .iter()
@@ -140,8 +146,13 @@ async fn conform(variant: Variant) {
     // (or node_timeout: a press sent to a saturated node, maybe counted).
     let burst_started = chrono::Utc::now();
     let crowd: Vec<String> = (0..64).map(|i| unique(&format!("crowd{i}"))).collect();
-    let (report, _) =
-        checker::run(&[app.address.clone()], &crowd, 64, Duration::from_secs(3)).await;
+    let (report, _) = checker::run(
+        std::slice::from_ref(&app.address),
+        &crowd,
+        64,
+        Duration::from_secs(3),
+    )
+    .await;
     println!(
         "{}",
         report.summary(&format!("conformance {variant:?} burst"), None)
@@ -296,7 +307,7 @@ async fn one_request_at_a_time_nodes_under_160_users_are_saturated_not_taken_dow
     let started = chrono::Utc::now();
     let users: Vec<String> = (0..160).map(|i| unique(&format!("user{i}"))).collect();
     let duration = Duration::from_secs(6);
-    let (report, _) = checker::run(&[app.address.clone()], &users, 160, duration).await;
+    let (report, _) = checker::run(std::slice::from_ref(&app.address), &users, 160, duration).await;
     let capacity = 2.0 * duration.as_secs_f64() / 0.020;
     println!(
         "FIGURES one-at-a-time overload: {} served of ~{capacity:.0} the nodes can serve; {:?}",
