@@ -133,6 +133,19 @@ impl Router {
                     warn!(node = %entry.address, error = %source, "/process timed out on a node that stays up");
                     return Err(RouteError::Busy(entry.address.clone()));
                 }
+                Err(source)
+                    if source.is_inconclusive()
+                        && !self
+                            .registry
+                            .mark_down_unless_last(
+                                &entry,
+                                Actor::PressFailure,
+                                &format!("/process failed: {source}"),
+                            )
+                            .await =>
+                {
+                    return Err(RouteError::Busy(entry.address.clone()));
+                }
                 Err(source) => {
                     warn!(node = %entry.address, error = %source, "/process failed; node marked down");
                     self.registry

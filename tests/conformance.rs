@@ -377,3 +377,100 @@ async fn tcp_and_off_health_checks_take_a_dead_node_down_and_bring_it_back() {
         wait_until_up(&app, &victim_address).await;
     }
 }
+
+/// The minimal node the README shows, run as it is printed there: added
+/// with default settings, pressed, cleaned by an expiry, removed with its
+/// archive, every answer the last one plus one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_s_minimal_python_node_is_served() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let code = readme
+        .split("```python\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("the README shows a Python node");
+    let script = std::env::temp_dir().join(format!("{}.py", unique("readme-node")));
+    std::fs::write(&script, code).unwrap();
+    let app = Arc::new(spawn_app_with(test_config()).await);
+    let mut nodes = Vec::new();
+    for name in ["r1", "r2"] {
+        let port = common::process::free_port();
+        let child = std::process::Command::new("python3")
+            .arg(&script)
+            .arg(port.to_string())
+            .arg(common::database_url())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("python3 runs");
+        nodes.push(KillOnDrop(child));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the README's node did not start"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        app.add_node(&format!("http://127.0.0.1:{port}"), name)
+            .await;
+    }
+    let sessions: Vec<String> = (0..6).map(|i| unique(&format!("readme{i}"))).collect();
+    let (mut last, mut truth, mut served_by) = (HashMap::new(), HashMap::new(), HashMap::new());
+    for _ in 0..3 {
+        press_each_exactly(&app, &sessions, &mut last, &mut truth, &mut served_by).await;
+    }
+    app.time
+        .advance(app.config.session_ttl() + Duration::from_secs(1));
+    let now = app.sweeper.clock().now_ms();
+    app.sweeper.sweep_once(now).await.expect("the sweep runs");
+    press_each_exactly(&app, &sessions, &mut last, &mut truth, &mut served_by).await;
+    let victim = app.nodes().await[0]["address"].as_str().unwrap().to_owned();
+    assert_eq!(app.remove_node(&victim).await["archived"], true);
+    press_each_exactly(&app, &sessions, &mut last, &mut truth, &mut served_by).await;
+    assert!(sessions.iter().all(|s| last[s] == 5), "{last:?}");
+    let _ = std::fs::remove_file(&script);
+}
+
+/// A child process killed (SIGKILL) when the test ends, however it ends.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Timeouts alone never take the last node down: the only node is stopped
+/// (SIGSTOP) under a press; the press answers 503 node_timeout, the node
+/// stays up, and once it resumes its sessions go on with their counts
+/// (the press it took late may count: at most the truth, never a reset).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_last_node_is_waited_for_not_taken_down() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let mut config = test_config();
+    config.node_timeout_ms = 500;
+    let app = spawn_app_with(config).await;
+    let node = common::process::NodeProcess::start("only", &common::database_url());
+    app.add_node(&node.address, "only").await;
+    let started = chrono::Utc::now();
+    let session = unique("hung");
+    for expected in 1..=3 {
+        assert_eq!(app.press(&session).await.clicks(), expected);
+    }
+    node.pause();
+    let stalled = app.press(&session).await;
+    assert_eq!(stalled.status, 503, "{stalled:?}");
+    assert!(stalled.body.contains("node_timeout"), "{stalled:?}");
+    node.resume();
+    let answer =
+        press_until_answered(&app, &session, &mut HashMap::from([(session.clone(), 4)])).await;
+    // Four presses before this one: the stalled press was counted late (5)
+    // or not at all (4); never a reset to 1, never above the truth.
+    let clicks = answer.clicks();
+    assert!((4..=5).contains(&clicks), "{answer:?}");
+    assert_no_node_went_down(&app, &[&node.address], started).await;
+}

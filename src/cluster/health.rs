@@ -1,6 +1,6 @@
 //! Active health checks, as `HEALTH_CHECK` says: `GET HEALTH_CHECK_PATH`
 //! (any answer below 500 proves the process serves, so a node without the
-//! path passes with its 404), a TCP connect, or none (`off`: only failed
+//! path passes with its 404, one without any GET with its 501), a TCP connect, or none (`off`: only failed
 //! presses take a node down; a down node is tried with a connect). `fall`
 //! failures in a row take a node down; `rise` successes in a row bring a
 //! down node back (after a wipe, see [`NodeRegistry::recover`]). A down node
@@ -24,7 +24,7 @@ use tracing::{debug, warn};
 
 use super::registry::NodeRegistry;
 use crate::archive::events::Actor;
-use crate::nodes::client::{NodeClient, NodeHealth, Probe};
+use crate::nodes::client::{NodeCallError, NodeClient, NodeHealth, Probe};
 use crate::nodes::table::mono_ms;
 use crate::nodes::table::NodeEntry;
 use crate::store::{now_ms, NodeState};
@@ -101,17 +101,22 @@ impl HealthChecker {
         let results = futures::future::join_all(probes).await;
         let mut report = HealthReport::default();
         for (entry, result) in entries.iter().zip(results) {
-            set_node_gauges(entry, result.is_ok());
+            // Only press answers prove a node alive enough to spare: a TCP
+            // connect or a health path answered by a front end does not.
             match result {
                 Ok(health) => {
-                    entry.answered();
+                    set_node_gauges(entry, true);
                     self.healthy(entry, &health, &mut report).await
                 }
                 Err(error) => match self.registry.table().spare(entry, &error, started) {
                     Some(spared) if entry.serves_presses() => {
+                        set_node_gauges(entry, true);
                         debug!(node = %entry.address, %error, why = spared.as_str(), "health check timed out; not counted");
                     }
-                    _ => self.unhealthy(entry, &error.to_string(), &mut report).await,
+                    _ => {
+                        set_node_gauges(entry, false);
+                        self.unhealthy(entry, &error, &mut report).await
+                    }
                 },
             }
         }
@@ -120,7 +125,6 @@ impl HealthChecker {
 
     async fn healthy(&self, entry: &NodeEntry, health: &NodeHealth, report: &mut HealthReport) {
         entry.health_fails.store(0, Ordering::Relaxed);
-        entry.probe_backoff_ms.store(0, Ordering::Relaxed);
         let oks = entry.health_oks.fetch_add(1, Ordering::Relaxed) + 1;
         let restarted = match (entry.instance(), &health.instance) {
             (Some(recorded), Some(reported)) => &recorded != reported,
@@ -137,34 +141,55 @@ impl HealthChecker {
             }
             NodeState::Down if oks >= self.rise => {
                 match self.registry.recover(&entry.address).await {
-                    Ok(true) => report.recovered.push(entry.address.clone()),
-                    Ok(false) => {}
-                    Err(error) => warn!(node = %entry.address, %error, "recovering node failed"),
+                    Ok(true) => {
+                        entry.probe_backoff_ms.store(0, Ordering::Relaxed);
+                        report.recovered.push(entry.address.clone())
+                    }
+                    Ok(false) => self.back_off(entry),
+                    Err(error) => {
+                        warn!(node = %entry.address, %error, "recovering node failed");
+                        self.back_off(entry);
+                    }
                 }
             }
             _ => {}
         }
     }
 
-    async fn unhealthy(&self, entry: &NodeEntry, error: &str, report: &mut HealthReport) {
+    async fn unhealthy(&self, entry: &NodeEntry, error: &NodeCallError, report: &mut HealthReport) {
         entry.health_oks.store(0, Ordering::Relaxed);
         let fails = entry.health_fails.fetch_add(1, Ordering::Relaxed) + 1;
         match entry.state() {
             NodeState::Up | NodeState::Draining if fails >= self.fall => {
                 let reason = format!("failed {fails} health checks in a row: {error}");
+                if error.is_inconclusive()
+                    && !self
+                        .registry
+                        .mark_down_unless_last(entry, Actor::HealthCheck, &reason)
+                        .await
+                {
+                    return;
+                }
                 self.take_down(entry, &reason, report).await;
             }
-            NodeState::Down => {
-                let interval = self.interval.as_millis() as u64;
-                let backoff = (entry.probe_backoff_ms.load(Ordering::Relaxed) * 2)
-                    .clamp(interval, MAX_BACKOFF_MS.max(interval));
-                entry.probe_backoff_ms.store(backoff, Ordering::Relaxed);
-                entry
-                    .next_probe_ms
-                    .store(now_ms() + backoff as i64, Ordering::Release);
-            }
+            NodeState::Down => self.back_off(entry),
             _ => {}
         }
+    }
+
+    /// A down node that failed its check, or answered it but could not be
+    /// recovered (a process whose port takes connects but which does not
+    /// serve: a TCP check passes, the wipe does not), is checked again
+    /// later, not every interval.
+    fn back_off(&self, entry: &NodeEntry) {
+        entry.health_oks.store(0, Ordering::Relaxed);
+        let interval = self.interval.as_millis() as u64;
+        let backoff = (entry.probe_backoff_ms.load(Ordering::Relaxed) * 2)
+            .clamp(interval, MAX_BACKOFF_MS.max(interval));
+        entry.probe_backoff_ms.store(backoff, Ordering::Relaxed);
+        entry
+            .next_probe_ms
+            .store(now_ms() + backoff as i64, Ordering::Release);
     }
 
     /// Marks the node down and moves its sessions off it now, not at their

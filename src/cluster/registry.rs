@@ -14,7 +14,7 @@ use crate::lifecycle::{CleanError, NodeCleaner};
 use crate::nodes::client::NodeClient;
 use crate::nodes::table::{NodeEntry, NodeTable};
 use crate::store::lock::{NodeLock, LOCK_WAIT};
-use crate::store::{NodeState, SessionStore, StoreError};
+use crate::store::{NodeState, SessionStore, StateChange, StoreError};
 
 #[derive(Clone)]
 pub struct NodeRegistry {
@@ -93,7 +93,7 @@ impl NodeRegistry {
     /// Takes a failed node out of placement and press routing, on every replica.
     pub async fn mark_down(&self, entry: &NodeEntry, actor: Actor, reason: &str) {
         entry.set_state(NodeState::Down);
-        match self
+        let change = self
             .store
             .set_node_state(
                 &entry.address,
@@ -101,8 +101,39 @@ impl NodeRegistry {
                 &[NodeState::Up, NodeState::Draining],
             )
             .await
-        {
-            Ok(Some(before)) => {
+            .map(|before| before.map_or(StateChange::Unexpected, StateChange::Changed));
+        self.recorded_down(entry, actor, reason, change).await;
+    }
+
+    /// [`mark_down`](Self::mark_down) on timeouts alone (no refusal, no
+    /// reset, no bad answer): refused for the last up node, atomically in
+    /// Redis across replicas (design.md §4.15). Returns whether the node
+    /// is down now.
+    pub async fn mark_down_unless_last(
+        &self,
+        entry: &NodeEntry,
+        actor: Actor,
+        reason: &str,
+    ) -> bool {
+        let change = self.store.mark_down_unless_last(&entry.address).await;
+        if let Ok(StateChange::LastUp) = change {
+            warn!(node = %entry.address, %reason, "only timeouts speak against the last up node: it stays up");
+            return false;
+        }
+        entry.set_state(NodeState::Down);
+        self.recorded_down(entry, actor, reason, change).await;
+        true
+    }
+
+    async fn recorded_down(
+        &self,
+        entry: &NodeEntry,
+        actor: Actor,
+        reason: &str,
+        change: Result<StateChange, StoreError>,
+    ) {
+        match change {
+            Ok(StateChange::Changed(before)) => {
                 metrics::counter!("nodes_control_nodes_marked_down_total").increment(1);
                 warn!(node = %entry.address, name = %entry.name, %reason, "node marked down");
                 self.cleaner.archive().record(
@@ -118,7 +149,7 @@ impl NodeRegistry {
                     warn!(node = %entry.address, %error, "could not record why the node is down");
                 }
             }
-            Ok(None) => {}
+            Ok(StateChange::Unexpected | StateChange::LastUp) => {}
             Err(error) => {
                 warn!(node = %entry.address, %error, "could not record the node down in Redis")
             }

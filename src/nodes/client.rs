@@ -63,10 +63,12 @@ impl NodeCallError {
         matches!(self, NodeCallError::Timeout | NodeCallError::ConnectTimeout)
     }
 
-    /// A gateway's word that the node behind it is unavailable or slow
-    /// (502, 503, 504): what a proxy in front of a saturated node answers.
+    /// A gateway's word that it could not reach the node behind it (502,
+    /// 503): what a proxy in front of a saturated node answers, mostly
+    /// before the press reached the node. Not 504: the node behind may
+    /// still be working on the press, so it counts as the node's failure.
     pub fn is_gateway(&self) -> bool {
-        matches!(self, NodeCallError::Status(s) if matches!(s.as_u16(), 502..=504))
+        matches!(self, NodeCallError::Status(s) if matches!(s.as_u16(), 502 | 503))
     }
 
     /// No evidence that the node is gone: time ran out, or a gateway said
@@ -130,7 +132,7 @@ pub enum CleanOutcome {
 
 #[derive(Clone)]
 pub struct NodeClient {
-    hot: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+    hot: HotClient,
     admin: reqwest::Client,
     timeout: Duration,
     connect_timeout: Duration,
@@ -210,8 +212,16 @@ impl NodeClient {
         &self.probe
     }
 
-    /// Forwards one press and returns the node's own count.
-    pub async fn press(&self, node: &NodeEntry, session_id: &str) -> Result<i64, NodeCallError> {
+    /// One press to a node, as a future of its own that reads the node's
+    /// own count: it owns what it needs, so a press its node is slow to
+    /// answer can be carried on in a task of its own. No overall timeout:
+    /// the caller bounds it (`NODE_TIMEOUT_MS`, see [`timeout`](Self::timeout));
+    /// the connect is bounded by `NODE_CONNECT_TIMEOUT_MS`.
+    pub fn press(
+        &self,
+        node: &Arc<NodeEntry>,
+        session_id: &str,
+    ) -> Result<Exchange, NodeCallError> {
         #[derive(serde::Serialize)]
         struct PressBody<'a> {
             session_id: &'a str,
@@ -220,36 +230,45 @@ impl NodeClient {
             serde_json::to_vec(&PressBody { session_id })
                 .map_err(|e| NodeCallError::Request(e.to_string()))?,
         );
-        let answer = match node.press_pool(self.connect_timeout) {
-            Some(pool) => {
-                let parsed = tokio::time::timeout(self.timeout, pool.post(&body, MAX_PRESS_BODY))
-                    .await
-                    .map_err(|_| NodeCallError::Timeout)?
-                    .map_err(|e| match e {
-                        super::pool::PoolError::ConnectTimeout => NodeCallError::ConnectTimeout,
-                        other => NodeCallError::Transport(other.to_string()),
-                    })?;
-                Answer {
-                    status: StatusCode::from_u16(parsed.status)
-                        .map_err(|_| NodeCallError::Body(format!("status {}", parsed.status)))?,
-                    content_type: None,
-                    body: Bytes::from(parsed.body),
+        let (node, hot, connect_timeout) = (node.clone(), self.hot.clone(), self.connect_timeout);
+        Ok(Box::pin(async move {
+            let answer = match node.press_pool(connect_timeout) {
+                Some(pool) => {
+                    let parsed = pool
+                        .post(&body, MAX_PRESS_BODY)
+                        .await
+                        .map_err(|e| match e {
+                            super::pool::PoolError::ConnectTimeout => NodeCallError::ConnectTimeout,
+                            other => NodeCallError::Transport(other.to_string()),
+                        })?;
+                    Answer {
+                        status: StatusCode::from_u16(parsed.status).map_err(|_| {
+                            NodeCallError::Body(format!("status {}", parsed.status))
+                        })?,
+                        content_type: None,
+                        body: Bytes::from(parsed.body),
+                    }
                 }
+                None => {
+                    let mut request = Request::new(Full::new(body));
+                    *request.method_mut() = Method::POST;
+                    *request.uri_mut() = node.press_uri.clone();
+                    request
+                        .headers_mut()
+                        .insert(header::CONTENT_TYPE, JSON.clone());
+                    exchange(&hot, request, MAX_PRESS_BODY).await?
+                }
+            };
+            if !answer.status.is_success() {
+                return Err(NodeCallError::Status(answer.status));
             }
-            None => {
-                let mut request = Request::new(Full::new(body));
-                *request.method_mut() = Method::POST;
-                *request.uri_mut() = node.press_uri.clone();
-                request
-                    .headers_mut()
-                    .insert(header::CONTENT_TYPE, JSON.clone());
-                self.send(request, MAX_PRESS_BODY).await?
-            }
-        };
-        if !answer.status.is_success() {
-            return Err(NodeCallError::Status(answer.status));
-        }
-        parse_clicks(&answer.body)
+            parse_clicks(&answer.body)
+        }))
+    }
+
+    /// `NODE_TIMEOUT_MS`: how long a node may take to answer a call.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// `GET {address}{path_and_query}` through the pooled client; the
@@ -278,28 +297,7 @@ impl NodeClient {
         request: Request<Full<Bytes>>,
         limit: usize,
     ) -> Result<Answer, NodeCallError> {
-        let call = async {
-            let response = self.hot.request(request).await.map_err(|e| {
-                if e.is_connect() && timed_out(&e) {
-                    NodeCallError::ConnectTimeout
-                } else {
-                    NodeCallError::Transport(error_chain(&e))
-                }
-            })?;
-            let status = response.status();
-            let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
-            let body = Limited::new(response.into_body(), limit)
-                .collect()
-                .await
-                .map_err(|e| NodeCallError::Transport(e.to_string()))?
-                .to_bytes();
-            Ok(Answer {
-                status,
-                content_type,
-                body,
-            })
-        };
-        tokio::time::timeout(self.timeout, call)
+        tokio::time::timeout(self.timeout, exchange(&self.hot, request, limit))
             .await
             .map_err(|_| NodeCallError::Timeout)?
     }
@@ -371,16 +369,17 @@ impl NodeClient {
 
     /// Wipes a node (`/clean archive=false`) and tells whether it cleans
     /// selectively: it is first asked to clean no session at all, which a
-    /// selective node does (`{"cleaned":[]}`) and any other node takes as
-    /// "clean everything", the wipe we want anyway.
+    /// selective node does and says (`{"cleaned":[]}`), and any other node
+    /// takes as "clean everything" or refuses. Only detection: the full
+    /// wipe follows in every case (a node may honour `session_ids` and
+    /// still answer `OK`).
     pub async fn wipe(&self, address: &str) -> Result<bool, NodeCallError> {
-        match self.clean(address, false, Some(&[]), None).await? {
-            CleanOutcome::All => Ok(false),
-            CleanOutcome::Only(_) => {
-                self.clean(address, false, None, None).await?;
-                Ok(true)
-            }
-        }
+        let selective = matches!(
+            self.clean(address, false, Some(&[]), None).await,
+            Ok(CleanOutcome::Only(_))
+        );
+        self.clean(address, false, None, None).await?;
+        Ok(selective)
     }
 
     /// What a node offers beyond `/press` and `/clean`, read from its
@@ -394,7 +393,7 @@ impl NodeClient {
         self.get_health(address, path).await
     }
 
-    /// `GET {address}{path}`: below 500 is healthy; a 2xx JSON answer may
+    /// `GET {address}{path}`: below 500 (or 501) is healthy; a 2xx JSON answer may
     /// say the node's name, its instance id and its `features`.
     async fn get_health(&self, address: &str, path: &str) -> Result<NodeHealth, NodeCallError> {
         let response = self
@@ -404,7 +403,9 @@ impl NodeClient {
             .await
             .map_err(reqwest_error)?;
         let status = response.status();
-        if status.is_server_error() {
+        // 501: a server with no GET at all (Python's http.server without
+        // do_GET) says so; it serves all the same.
+        if status.is_server_error() && status != StatusCode::NOT_IMPLEMENTED {
             return Err(NodeCallError::Status(status));
         }
         if !status.is_success() {
@@ -459,6 +460,39 @@ impl NodeClient {
         .map(drop)
         .map_err(|e| NodeCallError::Transport(format!("connect: {e}")))
     }
+}
+
+/// A press on its way to a node (see [`NodeClient::press`]).
+pub type Exchange =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<i64, NodeCallError>> + Send>>;
+
+type HotClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// One request on the pooled hyper client, body read up to `limit` bytes.
+async fn exchange(
+    hot: &HotClient,
+    request: Request<Full<Bytes>>,
+    limit: usize,
+) -> Result<Answer, NodeCallError> {
+    let response = hot.request(request).await.map_err(|e| {
+        if e.is_connect() && timed_out(&e) {
+            NodeCallError::ConnectTimeout
+        } else {
+            NodeCallError::Transport(error_chain(&e))
+        }
+    })?;
+    let status = response.status();
+    let content_type = response.headers().get(header::CONTENT_TYPE).cloned();
+    let body = Limited::new(response.into_body(), limit)
+        .collect()
+        .await
+        .map_err(|e| NodeCallError::Transport(e.to_string()))?
+        .to_bytes();
+    Ok(Answer {
+        status,
+        content_type,
+        body,
+    })
 }
 
 /// Reads `You clicked N times`, also in the task template's words (`You

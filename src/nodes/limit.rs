@@ -12,9 +12,10 @@
 //! `node_busy` and never reaches the node.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// `NODE_MAX_IN_FLIGHT` unless set: above what a replica sends one node
 /// at full speed, so a healthy node never waits in the queue.
@@ -26,13 +27,15 @@ const DECREASE_EVERY: Duration = Duration::from_millis(500);
 
 #[derive(Debug)]
 pub struct InFlightLimit {
-    permits: Semaphore,
+    /// Shared with the permits, which a press that outlives its request
+    /// carries into a task of its own.
+    permits: Arc<Semaphore>,
     /// The limit now, between 1 and `max`.
     limit: AtomicUsize,
     max: usize,
     /// Permits to take back as they come home: the limit fell below what
     /// was in use when it shrank.
-    debt: AtomicUsize,
+    debt: Arc<AtomicUsize>,
     /// Answers since the limit last grew.
     answers: AtomicUsize,
     /// When the limit last shrank (ms on this process's monotonic clock).
@@ -41,18 +44,18 @@ pub struct InFlightLimit {
 }
 
 /// A press's place at the node; gives the permit back when dropped (or
-/// keeps it, if the limit shrank meanwhile).
+/// keeps it, if the limit shrank meanwhile). Owned: it may go with a press
+/// into a task of its own.
 #[derive(Debug)]
-pub struct InFlightPermit<'a> {
-    permit: Option<SemaphorePermit<'a>>,
-    limit: &'a InFlightLimit,
+pub struct InFlightPermit {
+    permit: Option<OwnedSemaphorePermit>,
+    debt: Arc<AtomicUsize>,
 }
 
-impl Drop for InFlightPermit<'_> {
+impl Drop for InFlightPermit {
     fn drop(&mut self) {
         if let Some(permit) = self.permit.take() {
             let paid = self
-                .limit
                 .debt
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |d| d.checked_sub(1))
                 .is_ok();
@@ -67,10 +70,10 @@ impl InFlightLimit {
     pub fn new(max: usize) -> Self {
         let max = max.clamp(1, Semaphore::MAX_PERMITS);
         Self {
-            permits: Semaphore::new(max),
+            permits: Arc::new(Semaphore::new(max)),
             limit: AtomicUsize::new(max),
             max,
-            debt: AtomicUsize::new(0),
+            debt: Arc::default(),
             answers: AtomicUsize::new(0),
             shrunk_at_ms: AtomicU64::new(0),
             started: std::time::Instant::now(),
@@ -79,17 +82,17 @@ impl InFlightLimit {
 
     /// A permit at once when one is free (the usual case arms no timer),
     /// else the first one freed within `wait`, in the order presses asked.
-    pub async fn acquire(&self, wait: Duration) -> Option<InFlightPermit<'_>> {
-        let permit = match self.permits.try_acquire() {
+    pub async fn acquire(&self, wait: Duration) -> Option<InFlightPermit> {
+        let permit = match self.permits.clone().try_acquire_owned() {
             Ok(permit) => permit,
-            Err(_) => tokio::time::timeout(wait, self.permits.acquire())
+            Err(_) => tokio::time::timeout(wait, self.permits.clone().acquire_owned())
                 .await
                 .ok()?
                 .ok()?,
         };
         Some(InFlightPermit {
             permit: Some(permit),
-            limit: self,
+            debt: self.debt.clone(),
         })
     }
 
@@ -147,16 +150,16 @@ impl InFlightLimit {
         {
             return None;
         }
-        let limit = self.limit();
-        let target = (limit / 2).min(accepted.unwrap_or(usize::MAX)).max(1);
-        if target >= limit
-            || self
-                .limit
-                .compare_exchange(limit, target, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-        {
-            return None;
-        }
+        let shrink = |limit: usize| {
+            let target = (limit / 2).min(accepted.unwrap_or(usize::MAX)).max(1);
+            (target < limit).then_some(target)
+        };
+        // Retried if an answer grew the limit meanwhile.
+        let limit = self
+            .limit
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, shrink)
+            .ok()?;
+        let target = shrink(limit)?;
         self.answers.store(0, Ordering::Release);
         let cut = limit - target;
         let taken = self.permits.forget_permits(cut);

@@ -35,8 +35,10 @@ pub struct NodeEntry {
     cleaned_at: AtomicU64,
     /// Presses hold a read guard while in flight to the node; a clean takes
     /// the write guard, so no press of this replica is in flight to a node
-    /// being cleaned (design.md §4.7). A tokio lock: it is held across awaits.
-    gate: AsyncRwLock<()>,
+    /// being cleaned (design.md §4.7). A tokio lock: it is held across awaits;
+    /// shared, so that a press the node is slow to answer can keep holding
+    /// it in a task of its own after its request was answered.
+    gate: Arc<AsyncRwLock<()>>,
     /// Fired when the node is declared down: presses in flight there stop
     /// waiting for it and fail over at once (design.md §4.13).
     down: tokio::sync::Notify,
@@ -108,7 +110,7 @@ impl NodeEntry {
             in_flight: loads.counter(&record.address.as_str().into()),
             membership: membership.clone(),
             cleaned_at: AtomicU64::new(0),
-            gate: AsyncRwLock::new(()),
+            gate: Arc::new(AsyncRwLock::new(())),
             down: tokio::sync::Notify::new(),
             failover: tokio::sync::Mutex::new(()),
             health_fails: AtomicU32::new(0),
@@ -215,9 +217,9 @@ impl NodeEntry {
 
     /// Counts a press in flight until the guard drops, even if the request
     /// future is cancelled.
-    pub fn start_request(&self) -> InFlight<'_> {
+    pub fn start_request(&self) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
-        InFlight(self)
+        InFlight(self.in_flight.clone())
     }
 
     /// Waits (at most `wait`) until no clean of this node is running, then
@@ -226,10 +228,12 @@ impl NodeEntry {
     pub async fn enter(
         &self,
         wait: std::time::Duration,
-    ) -> Option<tokio::sync::RwLockReadGuard<'_, ()>> {
-        match self.gate.try_read() {
+    ) -> Option<tokio::sync::OwnedRwLockReadGuard<()>> {
+        match self.gate.clone().try_read_owned() {
             Ok(guard) => Some(guard),
-            Err(_) => tokio::time::timeout(wait, self.gate.read()).await.ok(),
+            Err(_) => tokio::time::timeout(wait, self.gate.clone().read_owned())
+                .await
+                .ok(),
         }
     }
 
@@ -240,11 +244,13 @@ impl NodeEntry {
     }
 }
 
-pub struct InFlight<'a>(&'a NodeEntry);
+/// One request counted in flight to a node until dropped (owned, so it can
+/// go with a press into a task of its own).
+pub struct InFlight(Arc<AtomicUsize>);
 
-impl Drop for InFlight<'_> {
+impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -354,7 +360,7 @@ impl NodeTable {
 
     /// Whether a call that failed is no evidence that its node is gone, and
     /// why (design.md, "Overload is not death"). Only time running out, or
-    /// a gateway's 502-504, can be spared; a refusal, a reset or a bad
+    /// a gateway's 502 or 503, can be spared; a refusal, a reset or a bad
     /// answer never is. `sent_at`: when the call began, on [`mono_ms`].
     pub fn spare(&self, entry: &NodeEntry, error: &NodeCallError, sent_at: u64) -> Option<Spared> {
         if !error.is_inconclusive() {

@@ -13,6 +13,9 @@ use crate::archive::{Archive, ArchiveError};
 use crate::clock::Clock;
 use crate::cluster::NodeRegistry;
 use crate::lifecycle::{CleanError, Sweeper};
+use crate::nodes::client::Exchange;
+use crate::nodes::limit::InFlightPermit;
+use crate::nodes::table::InFlight;
 use crate::nodes::{NodeCallError, NodeClient, NodeEntry, NodeTable, Selector, Spared};
 use crate::store::{Mapping, Placed, SessionStore, StoreError};
 
@@ -41,7 +44,7 @@ pub enum PressError {
     #[error("node {0} is busy: its queue is full")]
     NodeBusy(String),
     /// The press was sent and not answered (in time, or a gateway in front
-    /// of the node answered 502-504), by a node that is alive (it answers
+    /// of the node answered 502 or 503), by a node that is alive (it answers
     /// others) or the last one serving: it stays up, and the press may have
     /// been counted.
     #[error("node {node} did not answer the press: {source} ({why})")]
@@ -96,12 +99,34 @@ pub struct SessionService {
     history: bool,
 }
 
+/// A press's hold on its node: the gate (no clean of the node starts while
+/// it is held), its place under the node's limit, its count in flight.
+struct Held {
+    _gate: tokio::sync::OwnedRwLockReadGuard<()>,
+    _permit: InFlightPermit,
+    _in_flight: InFlight,
+}
+
+/// How often a press queues again for a node whose backlog timed out its
+/// connect (nothing was sent) before it is answered `node_busy`.
+const MAX_REQUEUES: u32 = 2;
+
 /// What happened to one attempt at a node.
 enum Attempt {
     Served(i64),
     /// The node was declared down while we waited for it.
-    Abandoned,
-    Failed(NodeCallError),
+    Abandoned(Held),
+    /// The press could not be sent as it is: not the node's doing.
+    NotTheNode(NodeCallError),
+    /// Time ran out (or a gateway answered 502/503) at a node that is
+    /// alive, or the last one serving: it stays up. A press still at the
+    /// node was carried on ([`SessionService::carry_on`]).
+    Spared {
+        error: NodeCallError,
+        why: Spared,
+    },
+    /// The node failed: it must be marked down while the gate is held.
+    Failed(NodeCallError, Held),
 }
 
 impl SessionService {
@@ -167,8 +192,10 @@ impl SessionService {
         // Set once this press moved its session off a failed node: the
         // placement that follows is recorded as a failover.
         let mut failed_over = false;
-        // How long this press may still queue for a node's limit.
+        // Until when this press may queue for its node's limit, and how
+        // often it queued again after a connect the node's backlog refused.
         let mut queued_until: Option<Instant> = None;
+        let mut requeues = 0;
         loop {
             if Instant::now() >= deadline {
                 return Err(PressError::Deadline);
@@ -214,16 +241,6 @@ impl SessionService {
                 }
             };
             let in_flight = entry.start_request();
-            let queued_until =
-                *queued_until.get_or_insert_with(|| Instant::now() + self.queue_timeout);
-            let Some(permit) = entry
-                .limit
-                .acquire(queued_until.min(deadline) - Instant::now())
-                .await
-            else {
-                metrics::counter!("nodes_control_node_busy_total").increment(1);
-                return Err(PressError::NodeBusy(entry.address.clone()));
-            };
             let Some(gate) = entry.enter(deadline - Instant::now()).await else {
                 return Err(PressError::Fenced(entry.address.clone()));
             };
@@ -245,59 +262,67 @@ impl SessionService {
             } else {
                 current
             };
-            let sent_at = crate::nodes::mono_ms();
-            match self.attempt(&entry, id).await {
+            // A place at the node, waited for in this replica's queue. Taken
+            // with the gate held: a press that waits out a clean does not
+            // spend its queue time on it, and a clean waits for the queue at
+            // most `NODE_QUEUE_TIMEOUT_MS`.
+            let queue_left = (*queued_until
+                .get_or_insert_with(|| Instant::now() + self.queue_timeout))
+            .min(deadline)
+            .saturating_duration_since(Instant::now());
+            let Some(permit) = entry.limit.acquire(queue_left).await else {
+                metrics::counter!("nodes_control_node_busy_total").increment(1);
+                return Err(PressError::NodeBusy(entry.address.clone()));
+            };
+            let held = Held {
+                _gate: gate,
+                _permit: permit,
+                _in_flight: in_flight,
+            };
+            let held = match self.attempt(&entry, id, held).await {
                 Attempt::Served(count) => {
-                    drop((gate, permit, in_flight));
                     return Ok(Pressed {
                         clicks: count + current.base,
                         node: entry,
                     });
                 }
-                Attempt::Abandoned => {
+                Attempt::Abandoned(held) => {
                     debug!(node = %entry.address, session = %id, "press abandoned: node declared down");
+                    held
                 }
-                Attempt::Failed(error) if !error.is_node_fault() => {
-                    // Not the node's doing: it stays up, the press fails.
-                    drop((gate, permit, in_flight));
+                // Not the node's doing: it stays up, the press fails.
+                Attempt::NotTheNode(error) => {
                     return Err(PressError::NodeFailed {
                         node: entry.address.clone(),
                         source: error,
                     });
                 }
-                Attempt::Failed(error) => {
-                    if let Some(spared) = self.table().spare(&entry, &error, sent_at) {
-                        drop((gate, permit, in_flight));
-                        let sent = !matches!(error, NodeCallError::ConnectTimeout);
-                        if spared == Spared::Saturated {
-                            let limit = entry.limit.saturated(match sent {
-                                true => None,
-                                false => entry.connections_busy(),
-                            });
-                            if let Some(limit) = limit {
-                                info!(node = %entry.address, limit, %error, "node saturated: fewer presses in flight to it");
-                            }
-                        }
-                        if sent {
-                            return Err(PressError::NodeSaturated {
-                                node: entry.address.clone(),
-                                source: error,
-                                why: spared.as_str(),
-                            });
-                        }
-                        // Nothing was sent: queue for the node again, within
-                        // the press's time in the queue.
-                        if Instant::now() >= queued_until {
-                            metrics::counter!("nodes_control_node_busy_total").increment(1);
-                            return Err(PressError::NodeBusy(entry.address.clone()));
-                        }
-                        mapping = Some(current);
-                        continue;
+                Attempt::Spared { error, why } => {
+                    if !matches!(error, NodeCallError::ConnectTimeout) {
+                        return Err(PressError::NodeSaturated {
+                            node: entry.address.clone(),
+                            source: error,
+                            why: why.as_str(),
+                        });
                     }
-                    self.failed(&entry, id, error, &mut failed).await?;
+                    // Nothing was sent: queue for the node again, with a
+                    // fresh queue time (the connect's own wait was the
+                    // node's backlog, not our queue), a few times at most.
+                    requeues += 1;
+                    if requeues > MAX_REQUEUES {
+                        metrics::counter!("nodes_control_node_busy_total").increment(1);
+                        return Err(PressError::NodeBusy(entry.address.clone()));
+                    }
+                    queued_until = None;
+                    mapping = Some(current);
+                    continue;
                 }
-            }
-            drop((gate, permit, in_flight));
+                Attempt::Failed(error, held) => {
+                    self.failed(&entry, id, error, &mut failed).await?;
+                    held
+                }
+            };
+            drop(held);
             self.cache.forget(id);
             self.fail_over(&entry, id, deadline).await?;
             failed_over = true;
@@ -355,28 +380,119 @@ impl SessionService {
 
     /// Forwards the press, giving up as soon as the node is declared down
     /// (by us or another replica): it will be wiped, its answer is moot.
-    async fn attempt(&self, entry: &NodeEntry, id: &str) -> Attempt {
+    /// `held` is given back where the caller still needs the gate; a press
+    /// the node may still count is carried on holding it (see
+    /// [`carry_on`](Self::carry_on)).
+    async fn attempt(&self, entry: &Arc<NodeEntry>, id: &str, held: Held) -> Attempt {
         let down = entry.declared_down();
         if !entry.serves_presses() {
-            return Attempt::Abandoned;
+            return Attempt::Abandoned(held);
         }
-        tokio::select! {
-            result = self.client.press(entry, id) => {
-                match result {
-                    Ok(count) => {
-                        entry.metrics.served.increment(1);
-                        entry.answered();
-                        entry.limit.answered();
-                        Attempt::Served(count)
-                    }
-                    Err(error) => {
-                        entry.metrics.failed.increment(1);
-                        Attempt::Failed(error)
+        let mut exchange = match self.client.press(entry, id) {
+            Ok(exchange) => exchange,
+            Err(error) => return Attempt::NotTheNode(error),
+        };
+        let sent_at = crate::nodes::mono_ms();
+        let result = tokio::select! {
+            result = &mut exchange => result,
+            _ = down => return Attempt::Abandoned(held),
+            _ = tokio::time::sleep(self.client.timeout()) => Err(NodeCallError::Timeout),
+        };
+        let error = match result {
+            Ok(count) => {
+                entry.metrics.served.increment(1);
+                entry.answered();
+                entry.limit.answered();
+                return Attempt::Served(count);
+            }
+            Err(error) => error,
+        };
+        entry.metrics.failed.increment(1);
+        if !error.is_node_fault() {
+            return Attempt::NotTheNode(error);
+        }
+        let why = match self.table().spare(entry, &error, sent_at) {
+            Some(why) => why,
+            // Other nodes serve in this view, but another replica may be
+            // taking them down at this moment: Redis has the last word.
+            None if error.is_inconclusive()
+                && !self
+                    .registry
+                    .mark_down_unless_last(
+                        entry,
+                        Actor::PressFailure,
+                        &format!("a press failed: {error}"),
+                    )
+                    .await =>
+            {
+                Spared::LastNode
+            }
+            None => return Attempt::Failed(error, held),
+        };
+        if why == Spared::Saturated {
+            let accepted = match error {
+                NodeCallError::ConnectTimeout => entry.connections_busy(),
+                _ => None,
+            };
+            if let Some(limit) = entry.limit.saturated(accepted) {
+                info!(node = %entry.address, limit, %error, "node saturated: fewer presses in flight to it");
+            }
+        }
+        if matches!(error, NodeCallError::Timeout) {
+            self.carry_on(entry.clone(), exchange, held);
+        }
+        Attempt::Spared { error, why }
+    }
+
+    /// A press that its node, alive but saturated, did not answer within
+    /// `NODE_TIMEOUT_MS` is still at the node, which may yet count it. It
+    /// keeps the node's gate, in a task of its own, until the node answers:
+    /// no clean of the node starts on any replica meanwhile, so a count the
+    /// node makes late can never land after a clean forgot the session
+    /// (design.md, "Overload is not death"). If the node answers nothing for
+    /// another `NODE_TIMEOUT_MS` while other nodes serve, it is marked down
+    /// (before the gate opens, as any failed press) and failed over.
+    fn carry_on(&self, entry: Arc<NodeEntry>, mut exchange: Exchange, held: Held) {
+        let (registry, patience) = (self.registry.clone(), self.client.timeout());
+        tokio::spawn(async move {
+            let down = entry.declared_down();
+            let mut down = std::pin::pin!(down);
+            if !entry.serves_presses() {
+                return; // declared down meanwhile: its counts are moot
+            }
+            let give_up = Instant::now() + patience;
+            let mut patient = true;
+            let failure = loop {
+                tokio::select! {
+                    result = &mut exchange => match result {
+                        Ok(_) => {
+                            entry.answered();
+                            entry.limit.answered();
+                            break None;
+                        }
+                        Err(error) => break Some(format!("a press failed after its timeout: {error}")),
+                    },
+                    _ = &mut down => break None,
+                    _ = tokio::time::sleep_until(give_up), if patient => {
+                        if registry.table().others_serve(&entry.address) {
+                            break Some("a press was not answered in twice NODE_TIMEOUT_MS".to_owned());
+                        }
+                        // The last node serving: wait for it (§4.15).
+                        patient = false;
                     }
                 }
-            },
-            _ = down => Attempt::Abandoned,
-        }
+            };
+            if let Some(reason) = failure {
+                warn!(node = %entry.address, %reason, "node marked down");
+                registry
+                    .mark_down(&entry, Actor::PressFailure, &reason)
+                    .await;
+                drop(held);
+                if let Err(error) = registry.fail_over(&entry.address).await {
+                    warn!(node = %entry.address, %error, "failover did not complete; presses retry it");
+                }
+            }
+        });
     }
 
     /// Makes sure the session no longer lives on a failed node: the first

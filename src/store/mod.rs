@@ -57,6 +57,7 @@ use timed::Connection;
 /// callers.
 pub use crate::nodes::record::{NodeRecord, NodeState};
 pub use fences::{Fence, FenceReason, Journal};
+pub use nodes::StateChange;
 pub use sessions::{Mapping, Placed, Placement};
 
 #[derive(Debug, thiserror::Error)]

@@ -7,6 +7,17 @@ use redis::AsyncCommands;
 use super::{now_ms, Context, SessionStore, StoreResult};
 use crate::nodes::record::{NodeRecord, NodeState, Offers};
 
+/// What a change of a node's state did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateChange {
+    /// Done; the state it had.
+    Changed(NodeState),
+    /// Unknown node, or not in an expected state: nothing changed.
+    Unexpected,
+    /// Refused: it is the last up node.
+    LastUp,
+}
+
 impl SessionStore {
     /// Registers a node; `Some(false)` if it was registered already, `None`
     /// while the registry is being rebuilt (unless `rebuilding`: the rebuild
@@ -50,6 +61,35 @@ impl SessionStore {
         state: NodeState,
         expected: &[NodeState],
     ) -> StoreResult<Option<NodeState>> {
+        match self
+            .change_node_state(address, state, expected, false)
+            .await?
+        {
+            StateChange::Changed(old) => Ok(Some(old)),
+            StateChange::Unexpected | StateChange::LastUp => Ok(None),
+        }
+    }
+
+    /// Takes an up or draining node down unless it is the last up node
+    /// (decided in Redis, atomically across replicas): a verdict on
+    /// timeouts alone never takes every node down (design.md §4.15).
+    pub async fn mark_down_unless_last(&self, address: &str) -> StoreResult<StateChange> {
+        self.change_node_state(
+            address,
+            NodeState::Down,
+            &[NodeState::Up, NodeState::Draining],
+            true,
+        )
+        .await
+    }
+
+    async fn change_node_state(
+        &self,
+        address: &str,
+        state: NodeState,
+        expected: &[NodeState],
+        keep_last: bool,
+    ) -> StoreResult<StateChange> {
         let expected = expected
             .iter()
             .map(|s| s.as_str())
@@ -64,10 +104,18 @@ impl SessionStore {
             .arg(address)
             .arg(state.as_str())
             .arg(expected)
+            .arg(if keep_last { "1" } else { "0" })
             .invoke_async(&mut self.conn())
             .await
             .context("changing a node's state in Redis")?;
-        Ok(old.and_then(|s| s.parse().ok()))
+        Ok(match old.as_deref() {
+            Some("last") => StateChange::LastUp,
+            Some(old) => old
+                .parse()
+                .map(StateChange::Changed)
+                .unwrap_or(StateChange::Unexpected),
+            None => StateChange::Unexpected,
+        })
     }
 
     /// Records why a node is down ("" clears it) and, when given, the

@@ -1,14 +1,22 @@
 -- Moves a node to a new state if it is in one of the expected states, keeping
 -- the placeable zset (up nodes only, scored by active sessions) in step.
 -- KEYS[1] node hash, KEYS[2] placeable zset, KEYS[3] counts.  ARGV:
--- address, new state, expected states separated by commas ('' = any).
--- Returns the previous state, or false if the node is unknown or not expected.
+-- address, new state, expected states separated by commas ('' = any), and
+-- '1' to refuse taking down the last up node (a verdict on timeouts alone:
+-- checked here, atomically, so two replicas judging two nodes at once
+-- cannot take both down).
+-- Returns the previous state, false if the node is unknown or not expected,
+-- or 'last' when refused.
 local old = redis.call('HGET', KEYS[1], 'state')
 if not old then
   return false
 end
 if ARGV[3] ~= '' and not string.find(',' .. ARGV[3] .. ',', ',' .. old .. ',', 1, true) then
   return false
+end
+if ARGV[4] == '1' and ARGV[2] == 'down' and old == 'up'
+    and redis.call('ZCARD', KEYS[2]) <= 1 then
+  return 'last'
 end
 redis.call('HSET', KEYS[1], 'state', ARGV[2])
 if ARGV[2] == 'up' then
