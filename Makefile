@@ -1,5 +1,5 @@
 # Common runs. `make up` is the docker compose stack without Docker.
-.PHONY: up down test test-cluster e2e lint fmt bench-sweep bench-press bench-capacity agents sessions compare
+.PHONY: up down test test-cluster e2e lint fmt bench-sweep bench-press bench-slow bench-capacity agents sessions compare
 
 up:
 	bash scripts/up.sh
@@ -36,6 +36,12 @@ bench-sweep:
 # ROUNDS, DURATION, CONNS, PIN). See bench/press-vs-peers.sh.
 bench-press:
 	bash bench/press-vs-peers.sh
+
+# Slow nodes at full speed: /process of 50-150 ms nodes, directly and
+# through nodes-control; p99 difference and connections held (needs wrk,
+# redis-server; see bench/slow-nodes.sh).
+bench-slow:
+	bash bench/slow-nodes.sh
 
 # The figures of the README's capacity plan: presses/s of one and two
 # replicas, Redis commands per press, per new session and per expiry, Redis
