@@ -54,6 +54,13 @@ redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
     --daemonize yes --pidfile "$PWD/$work/redis.pid" --dir "$PWD/$work" --logfile "$PWD/$work/redis.log"
 python3 e2e/tcp_proxy.py "127.0.0.1:$proxy_port" 127.0.0.1:5432 &
 echo $! >"$work/proxy.pid"
+# The balancer's first call asks whether its database exists: were the
+# proxy not listening yet, it would take the refusal for "it exists" and
+# never create it (a fresh machine's first run failed so).
+for _ in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$proxy_port") 2>/dev/null && break
+    sleep 0.05
+done
 
 cleanup() {
     RUN_DIR=$work/run bash scripts/down.sh >/dev/null 2>&1 || true
