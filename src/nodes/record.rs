@@ -120,9 +120,21 @@ impl Offers {
 
     /// A sentence for the audit log and the logs.
     pub fn describe(self) -> String {
-        match self.encode() {
-            names if names.is_empty() => "offers the task's API only (/press, /clean)".to_owned(),
-            names => format!("offers {}", names.replace(',', ", ")),
+        let words = [
+            "a health path",
+            "an instance id",
+            "clean tokens",
+            "selective cleans",
+        ];
+        let offered: Vec<&str> = words
+            .iter()
+            .zip(self.flags())
+            .filter(|(_, on)| *on)
+            .map(|(word, _)| *word)
+            .collect();
+        match offered.as_slice() {
+            [] => "offers the task's API only (/press, /clean)".to_owned(),
+            _ => format!("offers {}", offered.join(", ")),
         }
     }
 }
