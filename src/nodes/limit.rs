@@ -172,6 +172,15 @@ impl InFlightLimit {
 mod tests {
     use super::*;
 
+    /// `n` permits taken at once, all of which must be free.
+    async fn take(limit: &InFlightLimit, n: usize) -> Vec<InFlightPermit> {
+        futures::future::join_all((0..n).map(|_| limit.acquire(Duration::ZERO)))
+            .await
+            .into_iter()
+            .map(|permit| permit.expect("a free permit"))
+            .collect()
+    }
+
     #[tokio::test]
     async fn a_press_beyond_the_limit_waits_for_a_permit_and_gives_up_after_its_wait() {
         let limit = InFlightLimit::new(2);
@@ -192,12 +201,7 @@ mod tests {
     #[tokio::test]
     async fn saturation_halves_the_limit_down_to_what_the_node_accepted() {
         let limit = InFlightLimit::new(64);
-        let held: Vec<_> =
-            futures::future::join_all((0..10).map(|_| limit.acquire(Duration::ZERO)))
-                .await
-                .into_iter()
-                .map(Option::unwrap)
-                .collect();
+        let held = take(&limit, 10).await;
         assert_eq!(limit.saturated(Some(6)), Some(6));
         // A second signal at once is the same episode.
         assert_eq!(limit.saturated(Some(1)), None);
@@ -206,12 +210,7 @@ mod tests {
         // taken back as they return, so at most six are ever out again.
         drop(held);
         assert_eq!(limit.in_use(), 0);
-        let again: Vec<_> =
-            futures::future::join_all((0..6).map(|_| limit.acquire(Duration::ZERO)))
-                .await
-                .into_iter()
-                .map(Option::unwrap)
-                .collect();
+        let again = take(&limit, 6).await;
         assert!(limit.acquire(Duration::ZERO).await.is_none());
         assert_eq!(again.len(), 6);
     }
@@ -229,11 +228,7 @@ mod tests {
             limit.answered();
         }
         assert_eq!(limit.limit(), 4, "never above the maximum");
-        let held: Vec<_> = futures::future::join_all((0..4).map(|_| limit.acquire(Duration::ZERO)))
-            .await
-            .into_iter()
-            .map(Option::unwrap)
-            .collect();
+        let held = take(&limit, 4).await;
         assert_eq!(held.len(), 4);
         assert!(limit.acquire(Duration::ZERO).await.is_none());
     }

@@ -191,14 +191,19 @@ impl TestApp {
     }
 
     pub async fn nodes(&self) -> Vec<Value> {
+        serde_json::from_value(self.admin_get("/nodes").await).unwrap()
+    }
+
+    /// `GET path_and_query` with the admin token; must answer 200 JSON.
+    pub async fn admin_get(&self, path_and_query: &str) -> Value {
         let response = self
             .http
-            .get(format!("{}/nodes", self.address))
+            .get(format!("{}{path_and_query}", self.address))
             .bearer_auth(ADMIN_TOKEN)
             .send()
             .await
             .unwrap();
-        assert_eq!(response.status(), 200);
+        assert_eq!(response.status(), 200, "{path_and_query}");
         response.json().await.unwrap()
     }
 
