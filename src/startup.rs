@@ -374,7 +374,7 @@ impl Application {
         let result = http::server::serve(
             self.listener,
             self.ctx.clone(),
-            http::router(self.ctx),
+            http::router(self.ctx.clone()),
             limits,
             async move {
                 tokio::select! {
@@ -386,6 +386,20 @@ impl Application {
             },
         )
         .await;
+        // Presses carried on past their timeout hold their nodes' gates:
+        // this replica follows fences (and counts as live for cleaners)
+        // until they end, within the grace period.
+        let grace_left = limits.grace.saturating_sub(
+            stopping_at
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .map_or(Duration::ZERO, |at| at.elapsed()),
+        );
+        if !self.ctx.sessions.finish_carried(grace_left).await {
+            warn!(
+                "presses carried on past their timeout still held at the end of the grace period"
+            );
+        }
         cancel.cancel();
         registration.abort();
         while background.join_next().await.is_some() {}

@@ -465,3 +465,53 @@ async fn a_hung_last_node_is_waited_for_not_taken_down() {
     assert!((4..=5).contains(&clicks), "{answer:?}");
     assert_no_node_went_down(&app, &[&node.address], started).await;
 }
+
+/// A press its node answers late is carried on holding the node's gate,
+/// so a clean waits for it instead of overtaking it: the only node is
+/// stopped under a press (503 node_timeout), an expiry clean starts, the
+/// node resumes and counts the press, and only then is it archived. The
+/// session goes on at exactly the truth. (Were the gate released, the
+/// clean would meet a stopped node, fail it over and the session would
+/// restart from an older archive.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_waits_for_a_press_the_node_answers_late() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let mut config = test_config();
+    config.node_timeout_ms = 500;
+    let app = Arc::new(spawn_app_with(config).await);
+    let node = common::process::NodeProcess::start("late", &common::database_url());
+    app.add_node(&node.address, "late").await;
+    let session = unique("late");
+    for expected in 1..=3 {
+        assert_eq!(app.press(&session).await.clicks(), expected);
+    }
+    node.pause();
+    let stalled = app.press(&session).await;
+    assert!(stalled.body.contains("node_timeout"), "{stalled:?}");
+    app.time
+        .advance(app.config.session_ttl() + Duration::from_secs(1));
+    let sweeper = app.clone();
+    let sweep = tokio::spawn(async move {
+        let now = sweeper.sweeper.clock().now_ms();
+        sweeper.sweeper.sweep_once(now).await
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(
+        !sweep.is_finished(),
+        "the clean did not wait for the press at the stopped node"
+    );
+    node.resume();
+    sweep
+        .await
+        .unwrap()
+        .expect("the sweep runs once the press is answered");
+    // Four presses were sent and the node counted all four before the
+    // clean archived them: the fifth answers 5.
+    assert_eq!(app.press(&session).await.clicks(), 5);
+    assert_no_node_went_down(
+        &app,
+        &[&node.address],
+        chrono::Utc::now() - chrono::Duration::seconds(30),
+    )
+    .await;
+}

@@ -168,8 +168,15 @@ impl FenceWatcher {
         }
         let watcher = self.clone();
         tokio::spawn(async move {
+            let mut released = released;
             let guard = match &entry {
-                Some(entry) => Some(entry.fence().await),
+                Some(entry) => tokio::select! {
+                    guard = entry.fence() => Some(guard),
+                    // Lowered before our presses there were done (the
+                    // cleaner gave up waiting): stop queueing for the gate,
+                    // or new presses would queue behind us for nothing.
+                    _ = &mut released => return,
+                },
                 None => None, // unknown node: no press of ours can reach it
             };
             for attempt in 0u32.. {
@@ -182,7 +189,7 @@ impl FenceWatcher {
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            let _ = released.await;
+            let _ = (&mut released).await;
             if let Some(entry) = &entry {
                 watcher.table.cleaned(entry);
             }

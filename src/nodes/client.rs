@@ -147,6 +147,8 @@ impl NodeClient {
         connect_timeout: Duration,
         extra_roots: Option<&[u8]>,
     ) -> Result<Self, TlsError> {
+        // A connect is part of a press: never longer than the press may take.
+        let connect_timeout = connect_timeout.min(timeout);
         let mut roots = rustls::RootCertStore::empty();
         roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
         let extra = match extra_roots {

@@ -95,6 +95,9 @@ pub struct SessionService {
     clock: Clock,
     /// Longest a press waits for its node's limit (`NODE_QUEUE_TIMEOUT_MS`).
     queue_timeout: Duration,
+    /// Presses carried on past their timeout ([`Self::carry_on`]), waited
+    /// for at shutdown.
+    carried: tokio_util::task::TaskTracker,
     /// Whether placements go to the session history.
     history: bool,
 }
@@ -106,6 +109,10 @@ struct Held {
     _permit: InFlightPermit,
     _in_flight: InFlight,
 }
+
+/// How many `NODE_TIMEOUT_MS` periods a carried press may hold its node's
+/// gate ([`SessionService::carry_on`]).
+const CARRY_LIMIT: u32 = 10;
 
 /// How often a press queues again for a node whose backlog timed out its
 /// connect (nothing was sent) before it is answered `node_busy`.
@@ -153,6 +160,7 @@ impl SessionService {
             cache: Arc::new(cache),
             history: false,
             queue_timeout: Duration::from_millis(crate::config::DEFAULT_NODE_QUEUE_TIMEOUT_MS),
+            carried: tokio_util::task::TaskTracker::new(),
         }
     }
 
@@ -449,50 +457,78 @@ impl SessionService {
     /// keeps the node's gate, in a task of its own, until the node answers:
     /// no clean of the node starts on any replica meanwhile, so a count the
     /// node makes late can never land after a clean forgot the session
-    /// (design.md, "Overload is not death"). If the node answers nothing for
-    /// another `NODE_TIMEOUT_MS` while other nodes serve, it is marked down
-    /// (before the gate opens, as any failed press) and failed over.
+    /// (design.md, "Overload is not death"). Every `NODE_TIMEOUT_MS` it
+    /// looks again: a node that answered nothing else meanwhile is marked
+    /// down (before the gate opens, as any failed press; unless it is the
+    /// last up node) and failed over. After [`CARRY_LIMIT`] periods the
+    /// node is marked down whether it answers others or not, and the last
+    /// up node's gate opens (its connection is dropped), with a warning.
     fn carry_on(&self, entry: Arc<NodeEntry>, mut exchange: Exchange, held: Held) {
         let (registry, patience) = (self.registry.clone(), self.client.timeout());
-        tokio::spawn(async move {
+        let mut looked_at = crate::nodes::mono_ms();
+        self.carried.spawn(async move {
             let down = entry.declared_down();
             let mut down = std::pin::pin!(down);
             if !entry.serves_presses() {
                 return; // declared down meanwhile: its counts are moot
             }
-            let give_up = Instant::now() + patience;
-            let mut patient = true;
-            let failure = loop {
+            let mut tick = tokio::time::interval_at(Instant::now() + patience, patience);
+            let mut periods = 0;
+            let reason = loop {
                 tokio::select! {
                     result = &mut exchange => match result {
                         Ok(_) => {
                             entry.answered();
                             entry.limit.answered();
-                            break None;
+                            return;
                         }
-                        Err(error) => break Some(format!("a press failed after its timeout: {error}")),
+                        Err(error) => {
+                            let reason = format!("a press failed after its timeout: {error}");
+                            if !error.is_inconclusive() {
+                                registry.mark_down(&entry, Actor::PressFailure, &reason).await;
+                                break reason;
+                            }
+                            if registry.mark_down_unless_last(&entry, Actor::PressFailure, &reason).await {
+                                break reason;
+                            }
+                            return; // the last node; the exchange is over
+                        }
                     },
-                    _ = &mut down => break None,
-                    _ = tokio::time::sleep_until(give_up), if patient => {
-                        if registry.table().others_serve(&entry.address) {
-                            break Some("a press was not answered in twice NODE_TIMEOUT_MS".to_owned());
+                    _ = &mut down => return,
+                    _ = tick.tick() => {
+                        periods += 1;
+                        let alive = entry.answered_since(looked_at);
+                        looked_at = crate::nodes::mono_ms();
+                        if alive && periods < CARRY_LIMIT {
+                            continue;
                         }
-                        // The last node serving: wait for it (§4.15).
-                        patient = false;
+                        let reason = format!("a press was not answered in {} ms", patience.as_millis() * (periods + 1) as u128);
+                        if registry.mark_down_unless_last(&entry, Actor::PressFailure, &reason).await {
+                            break reason;
+                        }
+                        if periods >= CARRY_LIMIT {
+                            warn!(node = %entry.address, %reason, "the last up node holds a press too long: its gate opens");
+                            return;
+                        }
                     }
                 }
             };
-            if let Some(reason) = failure {
-                warn!(node = %entry.address, %reason, "node marked down");
-                registry
-                    .mark_down(&entry, Actor::PressFailure, &reason)
-                    .await;
-                drop(held);
-                if let Err(error) = registry.fail_over(&entry.address).await {
-                    warn!(node = %entry.address, %error, "failover did not complete; presses retry it");
-                }
+            warn!(node = %entry.address, %reason, "node marked down");
+            drop(held);
+            if let Err(error) = registry.fail_over(&entry.address).await {
+                warn!(node = %entry.address, %error, "failover did not complete; presses retry it");
             }
         });
+    }
+
+    /// Waits (at most `limit`) for the presses carried on past their
+    /// timeout: at shutdown, before this replica stops following fences,
+    /// so no clean elsewhere overtakes one. Returns whether all ended.
+    pub async fn finish_carried(&self, limit: Duration) -> bool {
+        self.carried.close();
+        tokio::time::timeout(limit, self.carried.wait())
+            .await
+            .is_ok()
     }
 
     /// Makes sure the session no longer lives on a failed node: the first
