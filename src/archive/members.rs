@@ -68,6 +68,31 @@ impl Archive {
         .await
     }
 
+    /// Records a node that answered again and was wiped: its state and the
+    /// instance id it reports now (none: cleared), so that a registry
+    /// rebuilt from here never takes the node for restarted.
+    pub async fn set_member_recovered(
+        &self,
+        address: &str,
+        state: &str,
+        instance: Option<&str>,
+    ) -> ArchiveResult<()> {
+        self.run("recording a recovered node in Postgres", async {
+            sqlx::query(
+                "UPDATE nodes SET state = $3, instance = $4, updated_at = now()
+                 WHERE cluster = $1 AND address = $2",
+            )
+            .bind(self.cluster())
+            .bind(address)
+            .bind(state)
+            .bind(instance)
+            .execute(self.pool())
+            .await
+            .map(drop)
+        })
+        .await
+    }
+
     /// Records an admin's drain: state `draining`, and the mark that
     /// outlives a later `down`.
     pub async fn set_member_draining(&self, address: &str) -> ArchiveResult<()> {

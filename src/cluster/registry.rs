@@ -200,7 +200,11 @@ impl NodeRegistry {
             };
             let reason = format!("{reason}; {}", offers.describe());
             let dropped = wiped.dropped;
-            this.archive.set_member_state(addr, state.as_str()).await?;
+            // Postgres first, with the instance: a rebuild restores what
+            // the node says now, not what it said before it restarted.
+            this.archive
+                .set_member_recovered(addr, state.as_str(), health.instance.as_deref())
+                .await?;
             this.store
                 .set_node_notes(addr, "", health.instance.as_deref())
                 .await?;

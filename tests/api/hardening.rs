@@ -234,6 +234,39 @@ async fn a_node_that_restarted_is_taken_down_since_its_counts_are_gone() {
     }
 }
 
+/// A node that restarted and recovered is recorded in Postgres with its new
+/// instance id: a registry rebuilt from there after Redis forgot would
+/// otherwise restore the old one and take the healthy node down as
+/// "restarted" at the next health check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovered_node_s_new_instance_id_is_durable_in_postgres() {
+    let app = spawn_app_with(test_config()).await;
+    let mut nodes = start_nodes(&app, 1, false).await;
+    let first = nodes[0].node.instance().to_owned();
+    let recorded = |members: Vec<nodes_control::archive::Member>| members[0].instance.clone();
+    assert_eq!(
+        recorded(app.ctx.archive.members().await.unwrap()),
+        Some(first.clone())
+    );
+    nodes[0].restart(); // same address, new process: a new instance id
+    let now = nodes[0].node.instance().to_owned();
+    assert_ne!(now, first);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let node = app.nodes().await.remove(0);
+        let members = app.ctx.archive.members().await.unwrap();
+        if node["state"] == "up" && recorded(members.clone()) == Some(now.clone()) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new instance never reached Postgres: {node} {:?}",
+            recorded(members)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_blackholed_postgres_answers_503_within_about_a_second() {
     common::ensure_database().await;
