@@ -560,3 +560,58 @@ async fn a_client_that_half_closes_after_its_request_still_gets_the_answer() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.ends_with("You clicked 1 times"), "{answer}");
 }
+
+/// A replica whose clock is 30 s behind (libfaketime, a real process) is
+/// live for the others all the same: heartbeats and liveness are written
+/// and judged on Redis's clock alone (design.md §4.16). Before, its
+/// heartbeat looked 30 s old to every other replica, whose cleaners then
+/// stopped waiting for its acks, and its presses met cleans of their nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_clock_is_30_s_behind_stays_live_for_the_others() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let library = [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/faketime/libfaketimeMT.so.1",
+    ]
+    .into_iter()
+    .find(|path| std::path::Path::new(path).exists())
+    .expect("libfaketime is missing: apt-get install -y faketime (CI installs it)");
+    let config = common::test_config();
+    let app = spawn_app_with(config.clone()).await;
+    let silence = Duration::from_secs(5);
+    let alone = app.ctx.store.live_replicas(silence).await.unwrap();
+    assert_eq!(alone.len(), 1, "{alone:?}");
+    let skewed = common::process::BalancerProcess::start(
+        &[
+            ("REDIS_KEY_PREFIX", config.redis_key_prefix.as_str()),
+            ("LD_PRELOAD", library),
+            ("FAKETIME", "-30s"),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ],
+        std::process::Stdio::null(),
+    )
+    .await;
+    // The skew is real: its answers are dated 30 s ago.
+    let answer = skewed
+        .http()
+        .get(format!("{}/healthz", skewed.url))
+        .send()
+        .await
+        .unwrap();
+    let date = answer.headers()["date"].to_str().unwrap().to_owned();
+    let dated = chrono::DateTime::parse_from_rfc2822(&date).unwrap();
+    let behind = chrono::Utc::now()
+        .signed_duration_since(dated)
+        .num_seconds();
+    assert!(
+        (25..=35).contains(&behind),
+        "its clock is {behind} s behind ({date})"
+    );
+    // It heartbeats from its start; for three heartbeats it stays live.
+    for _ in 0..3 {
+        let live = app.ctx.store.live_replicas(silence).await.unwrap();
+        assert_eq!(live.len(), 2, "the skewed replica is not live: {live:?}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}

@@ -28,7 +28,7 @@ use crate::archive::events::{Actor, NodeEvent};
 use crate::archive::{Archive, ArchiveError};
 use crate::nodes::{CleanOutcome, NodeCallError, NodeClient, NodeTable};
 use crate::store::lock::{NodeLock, LOCK_TTL_MS, LOCK_WAIT};
-use crate::store::{now_ms, FenceReason, Journal, NodeState, SessionStore, StoreError};
+use crate::store::{FenceReason, Journal, NodeState, SessionStore, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CleanError {
@@ -537,14 +537,13 @@ impl NodeCleaner {
     ) -> Result<u64, CleanError> {
         let seq = self
             .store
-            .raise_fence(addr, now_ms() + LOCK_TTL_MS as i64, reason)
+            .raise_fence(addr, Duration::from_millis(LOCK_TTL_MS), reason)
             .await?;
         let deadline = tokio::time::Instant::now() + self.ack_timeout;
         loop {
             // Armed before the check, so an ack arriving meanwhile wakes us.
             let event = self.events.notified();
-            let since = now_ms() - self.liveness.as_millis() as i64;
-            let live = self.store.live_replicas(since).await?;
+            let live = self.store.live_replicas(self.liveness).await?;
             let acks = self.store.fence_acks(addr, seq).await?;
             let missing: Vec<String> = live.into_iter().filter(|r| !acks.contains(r)).collect();
             if missing.is_empty() {

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::nodes::NodeTable;
-use crate::store::{now_ms, FenceReason, NodeState, SessionStore, StoreResult};
+use crate::store::{FenceReason, NodeState, SessionStore, StoreResult};
 
 /// How often a replica heartbeats and re-reads the fences without being woken.
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -115,7 +115,7 @@ impl FenceWatcher {
     pub async fn poll_once(&self) -> StoreResult<()> {
         let _one_at_a_time = self.polling.lock().await;
         let sent = std::time::Instant::now();
-        self.store.heartbeat(&self.replica, now_ms()).await?;
+        self.store.heartbeat(&self.replica).await?;
         let fences = self.store.fences().await?;
         let missing = {
             let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());

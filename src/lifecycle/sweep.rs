@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::cleaner::{CleanError, CleanReport, NodeCleaner};
-use crate::clock::{wall_ms, Clock};
+use crate::clock::Clock;
 use crate::store::{SessionStore, StoreError};
 
 /// Most sessions one sweep takes on; the rest wait for the next round.
@@ -96,9 +96,10 @@ impl Sweeper {
 
     async fn sweep_at(&self, now_ms: i64) -> Result<SweepReport, StoreError> {
         let mut report = SweepReport::default();
-        let wall = wall_ms();
-        for (node, fence) in self.store.fences().await? {
-            if fence.deadline_ms < wall {
+        // Stale on Redis's clock, which the deadline was set on.
+        let (redis_now, fences) = self.store.fences_now().await?;
+        for (node, fence) in fences {
+            if fence.deadline_ms <= redis_now {
                 match self.cleaner.finish_stale(&node, fence.seq).await {
                     Ok(true) => report.recovered += 1,
                     Ok(false) => {}

@@ -57,27 +57,37 @@ pub struct Journal {
     pub leaving: Vec<String>,
 }
 
+/// Lua that sets `now` to Redis's clock in ms. Heartbeats, liveness and
+/// fence deadlines are all written and judged on it: one clock, so a
+/// replica whose own clock is off cannot make another look dead or a live
+/// fence look stale (design.md §4.16). Scripts replicate by their effects
+/// (Redis 7), so reading the clock in a script that writes is allowed.
+const REDIS_NOW: &str = "local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)";
+
 impl SessionStore {
-    /// Raises a fence on a node; returns its sequence number.
+    /// Raises a fence on a node; returns its sequence number. The fence is
+    /// stale `ttl` after now on Redis's clock (see [`REDIS_NOW`]).
     pub async fn raise_fence(
         &self,
         address: &str,
-        deadline_ms: i64,
+        ttl: std::time::Duration,
         reason: FenceReason,
     ) -> StoreResult<u64> {
-        let mut conn = self.conn();
-        let seq: u64 = conn
-            .incr(self.key(&["fence_seq"]), 1)
-            .await
-            .context("numbering a fence in Redis")?;
-        let _: () = conn
-            .hset(
-                self.key(&["fences"]),
-                address,
-                format!("{seq}:{deadline_ms}:{}", reason.as_str()),
-            )
-            .await
-            .context("raising a fence in Redis")?;
+        let seq: u64 = redis::Script::new(&format!(
+            "{REDIS_NOW}
+             local seq = redis.call('INCR', KEYS[1])
+             redis.call('HSET', KEYS[2], ARGV[1], seq .. ':' .. (now + tonumber(ARGV[2])) .. ':' .. ARGV[3])
+             return seq"
+        ))
+        .key(self.key(&["fence_seq"]))
+        .key(self.key(&["fences"]))
+        .arg(address)
+        .arg(ttl.as_millis().min(i64::MAX as u128 / 2) as i64)
+        .arg(reason.as_str())
+        .invoke_async(&mut self.conn())
+        .await
+        .context("raising a fence in Redis")?;
         self.publish_event("fence").await?;
         Ok(seq)
     }
@@ -102,14 +112,25 @@ impl SessionStore {
 
     /// Every raised fence: one `HGETALL`, polled by each replica.
     pub async fn fences(&self) -> StoreResult<Vec<(String, Fence)>> {
-        let raw: Vec<(String, String)> = self
-            .conn()
-            .hgetall(self.key(&["fences"]))
-            .await
-            .context("reading fences from Redis")?;
-        Ok(raw
-            .into_iter()
-            .filter_map(|(node, value)| {
+        Ok(self.fences_now().await?.1)
+    }
+
+    /// Every raised fence, and now on Redis's clock, which their deadlines
+    /// are on: whether a fence is stale is judged on the clock that set it.
+    pub async fn fences_now(&self) -> StoreResult<(i64, Vec<(String, Fence)>)> {
+        let (now, flat): (i64, Vec<String>) = redis::Script::new(&format!(
+            "{REDIS_NOW} return {{now, redis.call('HGETALL', KEYS[1])}}"
+        ))
+        .key(self.key(&["fences"]))
+        .invoke_async(&mut self.conn())
+        .await
+        .context("reading fences from Redis")?;
+        let raw = flat
+            .chunks_exact(2)
+            .map(|pair| (pair[0].clone(), pair[1].clone()));
+        Ok((
+            now,
+            raw.filter_map(|(node, value)| {
                 let mut parts = value.split(':');
                 let seq = parts.next()?.parse().ok()?;
                 let deadline_ms = parts.next()?.parse().ok()?;
@@ -126,7 +147,8 @@ impl SessionStore {
                     },
                 ))
             })
-            .collect())
+            .collect(),
+        ))
     }
 
     pub async fn ack_fence(&self, address: &str, seq: u64, replica: &str) -> StoreResult<()> {
@@ -147,17 +169,22 @@ impl SessionStore {
             .context("reading fence acknowledgements from Redis")
     }
 
-    /// Records that `replica` is alive, and forgets replicas silent for an
-    /// hour (they died without leaving; the fence stopped waiting for them
-    /// long before).
-    pub async fn heartbeat(&self, replica: &str, now_ms: i64) -> StoreResult<()> {
-        let key = self.key(&["replicas"]);
-        redis::pipe()
-            .zadd(&key, replica, now_ms)
-            .zrembyscore(&key, "-inf", now_ms - 3_600_000)
-            .query_async::<()>(&mut self.conn())
-            .await
-            .context("recording a replica heartbeat in Redis")
+    /// Records that `replica` is alive, at now on Redis's clock, and
+    /// forgets replicas silent for an hour (they died without leaving; the
+    /// fence stopped waiting for them long before).
+    pub async fn heartbeat(&self, replica: &str) -> StoreResult<()> {
+        redis::Script::new(&format!(
+            "{REDIS_NOW}
+             redis.call('ZADD', KEYS[1], now, ARGV[1])
+             redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 3600000)
+             return 0"
+        ))
+        .key(self.key(&["replicas"]))
+        .arg(replica)
+        .invoke_async::<i64>(&mut self.conn())
+        .await
+        .context("recording a replica heartbeat in Redis")?;
+        Ok(())
     }
 
     pub async fn remove_replica(&self, replica: &str) -> StoreResult<()> {
@@ -167,12 +194,17 @@ impl SessionStore {
             .context("removing a replica from Redis")
     }
 
-    /// Replicas whose last heartbeat is at or after `since_ms`.
-    pub async fn live_replicas(&self, since_ms: i64) -> StoreResult<Vec<String>> {
-        self.conn()
-            .zrangebyscore(self.key(&["replicas"]), since_ms, "+inf")
-            .await
-            .context("listing live replicas in Redis")
+    /// Replicas that sent a heartbeat within `silence` of now, both on
+    /// Redis's clock.
+    pub async fn live_replicas(&self, silence: std::time::Duration) -> StoreResult<Vec<String>> {
+        redis::Script::new(&format!(
+            "{REDIS_NOW} return redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[1]), '+inf')"
+        ))
+        .key(self.key(&["replicas"]))
+        .arg(silence.as_millis() as i64)
+        .invoke_async(&mut self.conn())
+        .await
+        .context("listing live replicas in Redis")
     }
 
     pub async fn put_journal(&self, address: &str, journal: &Journal) -> StoreResult<()> {

@@ -176,7 +176,11 @@ async fn a_press_waits_behind_a_raised_fence_and_then_counts_on() {
     app.press(&s).await;
     let store = &app.ctx.store;
     let seq = store
-        .raise_fence(&nodes[0].address, i64::MAX, FenceReason::Clean)
+        .raise_fence(
+            &nodes[0].address,
+            Duration::from_secs(3600),
+            FenceReason::Clean,
+        )
         .await
         .unwrap();
     // Wait until our replica closed its gate and acknowledged.
@@ -219,7 +223,7 @@ async fn an_interrupted_clean_is_finished_by_the_next_sweep_by_folding_again() {
     // forgets everything, and the cleaner dies before the fold.
     let store = &app.ctx.store;
     let seq = store
-        .raise_fence(&addr, 0, FenceReason::Clean)
+        .raise_fence(&addr, Duration::ZERO, FenceReason::Clean)
         .await
         .unwrap();
     store
