@@ -232,39 +232,36 @@ impl NodeClient {
             serde_json::to_vec(&PressBody { session_id })
                 .map_err(|e| NodeCallError::Request(e.to_string()))?,
         );
-        let (node, hot, connect_timeout) = (node.clone(), self.hot.clone(), self.connect_timeout);
+        if node.press_pool(self.connect_timeout).is_some() {
+            // The hot path: the node's own pool; nothing cloned but the entry.
+            let (node, connect_timeout) = (node.clone(), self.connect_timeout);
+            return Ok(Box::pin(async move {
+                // Always there (checked above; a node's scheme never changes).
+                let pool = node
+                    .press_pool(connect_timeout)
+                    .ok_or_else(|| NodeCallError::Request("no press pool".to_owned()))?;
+                let parsed = pool
+                    .post(&body, MAX_PRESS_BODY)
+                    .await
+                    .map_err(|e| match e {
+                        super::pool::PoolError::ConnectTimeout => NodeCallError::ConnectTimeout,
+                        other => NodeCallError::Transport(other.to_string()),
+                    })?;
+                let status = StatusCode::from_u16(parsed.status)
+                    .map_err(|_| NodeCallError::Body(format!("status {}", parsed.status)))?;
+                clicks_of(status, &parsed.body)
+            }));
+        }
+        let mut request = Request::new(Full::new(body));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = node.press_uri.clone();
+        request
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, JSON.clone());
+        let hot = self.hot.clone();
         Ok(Box::pin(async move {
-            let answer = match node.press_pool(connect_timeout) {
-                Some(pool) => {
-                    let parsed = pool
-                        .post(&body, MAX_PRESS_BODY)
-                        .await
-                        .map_err(|e| match e {
-                            super::pool::PoolError::ConnectTimeout => NodeCallError::ConnectTimeout,
-                            other => NodeCallError::Transport(other.to_string()),
-                        })?;
-                    Answer {
-                        status: StatusCode::from_u16(parsed.status).map_err(|_| {
-                            NodeCallError::Body(format!("status {}", parsed.status))
-                        })?,
-                        content_type: None,
-                        body: Bytes::from(parsed.body),
-                    }
-                }
-                None => {
-                    let mut request = Request::new(Full::new(body));
-                    *request.method_mut() = Method::POST;
-                    *request.uri_mut() = node.press_uri.clone();
-                    request
-                        .headers_mut()
-                        .insert(header::CONTENT_TYPE, JSON.clone());
-                    exchange(&hot, request, MAX_PRESS_BODY).await?
-                }
-            };
-            if !answer.status.is_success() {
-                return Err(NodeCallError::Status(answer.status));
-            }
-            parse_clicks(&answer.body)
+            let answer = exchange(&hot, request, MAX_PRESS_BODY).await?;
+            clicks_of(answer.status, &answer.body)
         }))
     }
 
@@ -462,6 +459,14 @@ impl NodeClient {
         .map(drop)
         .map_err(|e| NodeCallError::Transport(format!("connect: {e}")))
     }
+}
+
+/// The count in a node's answer to a press; any other status is a failure.
+fn clicks_of(status: StatusCode, body: &[u8]) -> Result<i64, NodeCallError> {
+    if !status.is_success() {
+        return Err(NodeCallError::Status(status));
+    }
+    parse_clicks(body)
 }
 
 /// A press on its way to a node (see [`NodeClient::press`]).
