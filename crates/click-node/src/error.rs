@@ -12,6 +12,9 @@ pub enum NodeError {
     Archive(#[source] sqlx::Error),
     #[error("the archive did not answer in time")]
     ArchiveTimeout,
+    /// A press read before the last clean of its session (`counts.rs`).
+    #[error("epoch {epoch} is older than this session's fence {fence}")]
+    StaleEpoch { epoch: u64, fence: u64 },
 }
 
 impl IntoResponse for NodeError {
@@ -33,6 +36,11 @@ impl IntoResponse for NodeError {
                     "archive_unavailable",
                     "the archive did not answer in time; nothing was cleaned".to_string(),
                 )
+            }
+            NodeError::StaleEpoch { fence, .. } => {
+                let body =
+                    json!({ "error": self.to_string(), "code": "stale_epoch", "fence": fence });
+                return (StatusCode::CONFLICT, Json(body)).into_response();
             }
         };
         (status, Json(json!({ "error": message, "code": code }))).into_response()

@@ -7,10 +7,10 @@
 
 mod archive;
 mod config;
+mod counts;
 mod error;
 mod routes;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Router;
@@ -25,10 +25,11 @@ pub use error::NodeError;
 pub struct Node {
     name: String,
     pool: PgPool,
-    /// Clicks per session. A tokio mutex, not a std one, because `/clean`
-    /// must hold it across the archive write: a press that slipped in between
-    /// the archive and the forget would be lost (design.md §4.7, clean is a fence).
-    sessions: Mutex<HashMap<String, i32>>,
+    /// Clicks per session, and the fence on them (`counts.rs`). A tokio
+    /// mutex, not a std one, because `/clean` must hold it across the
+    /// archive write: a press that slipped in between the archive and the
+    /// forget would be lost (design.md §4.7, clean is a fence).
+    sessions: Mutex<counts::Counts>,
     min_delay_ms: u64,
     max_delay_ms: u64,
     clean_all: bool,
@@ -51,7 +52,7 @@ impl Node {
         Ok(Arc::new(Self {
             name: config.name.clone(),
             pool,
-            sessions: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(counts::Counts::default()),
             min_delay_ms: config.min_delay_ms.min(config.max_delay_ms),
             max_delay_ms: config.max_delay_ms,
             clean_all: config.clean_all,

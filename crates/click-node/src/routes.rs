@@ -14,6 +14,7 @@ use rand::Rng;
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::counts::Pressed;
 use crate::{archive, Node, NodeError};
 
 pub(crate) fn router(node: Arc<Node>) -> Router {
@@ -28,6 +29,9 @@ pub(crate) fn router(node: Arc<Node>) -> Router {
 #[derive(Deserialize)]
 struct PressBody {
     session_id: String,
+    /// The fencing epoch the balancer read the session's mapping under
+    /// (`counts.rs`); absent from clients that do not fence.
+    epoch: Option<u64>,
 }
 
 async fn press(State(node): State<Arc<Node>>, body: Bytes) -> Result<String, NodeError> {
@@ -35,13 +39,18 @@ async fn press(State(node): State<Arc<Node>>, body: Bytes) -> Result<String, Nod
     if body.session_id.is_empty() {
         return Err(NodeError::BadRequest("session_id must not be empty".into()));
     }
-    let clicks = {
-        let mut sessions = node.sessions.lock().await;
-        let count = sessions.entry(body.session_id).or_insert(0);
-        *count = count.saturating_add(1);
-        *count
-    };
-    Ok(format!("You clicked {clicks} times"))
+    let pressed = node
+        .sessions
+        .lock()
+        .await
+        .press(body.session_id, body.epoch);
+    match pressed {
+        Pressed::Counted(clicks) => Ok(format!("You clicked {clicks} times")),
+        Pressed::Refused { fence } => Err(NodeError::StaleEpoch {
+            epoch: body.epoch.unwrap_or_default(),
+            fence,
+        }),
+    }
 }
 
 #[derive(Deserialize)]
@@ -49,7 +58,9 @@ struct CleanBody {
     #[serde(default)]
     archive: bool,
     session_ids: Option<Vec<String>>,
-    /// The balancer's clean token, written into the archive rows.
+    /// The balancer's clean token, written into the archive rows; once
+    /// the clean is done, no press under an older epoch counts for the
+    /// sessions it forgot (`counts.rs`).
     generation: Option<i64>,
 }
 
@@ -68,13 +79,7 @@ async fn clean(State(node): State<Arc<Node>>, body: Bytes) -> Result<Response, N
     };
     let selected = body.session_ids.filter(|_| !node.clean_all);
     let mut sessions = node.sessions.lock().await;
-    let counts: Vec<(String, i32)> = match &selected {
-        Some(ids) => ids
-            .iter()
-            .filter_map(|id| sessions.get(id).map(|n| (id.clone(), *n)))
-            .collect(),
-        None => sessions.iter().map(|(id, n)| (id.clone(), *n)).collect(),
-    };
+    let counts = sessions.snapshot(selected.as_deref());
     if body.archive {
         // Bounded: the session map is locked meanwhile, so a silent
         // Postgres must not hold every press of this node.
@@ -89,17 +94,11 @@ async fn clean(State(node): State<Arc<Node>>, body: Bytes) -> Result<Response, N
         }
     }
     tracing::info!(node = %node.name, sessions = counts.len(), archive = body.archive, "cleaned");
+    let token = body.generation.and_then(|g| u64::try_from(g).ok());
+    sessions.forget(selected.as_deref(), token);
     match selected {
-        Some(ids) => {
-            for id in &ids {
-                sessions.remove(id);
-            }
-            Ok(Json(json!({ "cleaned": ids })).into_response())
-        }
-        None => {
-            sessions.clear();
-            Ok("OK".into_response())
-        }
+        Some(ids) => Ok(Json(json!({ "cleaned": ids })).into_response()),
+        None => Ok("OK".into_response()),
     }
 }
 
@@ -131,10 +130,10 @@ async fn process(
 
 /// Says what this node offers beyond the task's API, for the balancer to
 /// detect: an instance id (a restart is noticed), clean tokens written into
-/// the archive rows, and cleans of only the sessions named (unless started
-/// with `--clean-all`).
+/// the archive rows, presses fenced by epoch (`counts.rs`), and cleans of
+/// only the sessions named (unless started with `--clean-all`).
 async fn health(State(node): State<Arc<Node>>) -> Json<serde_json::Value> {
-    let mut features = vec!["clean_tokens"];
+    let mut features = vec!["clean_tokens", "fencing"];
     if !node.clean_all {
         features.push("session_ids");
     }

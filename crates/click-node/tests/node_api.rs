@@ -182,3 +182,78 @@ async fn process_answers_with_the_agent_and_request() {
         .unwrap();
     assert_eq!(health.status(), 200);
 }
+
+impl Running {
+    async fn press_under(&self, id: &str, epoch: u64) -> (u16, Value) {
+        let r = self
+            .http
+            .post(format!("{}/press", self.url))
+            .json(&json!({ "session_id": id, "epoch": epoch }))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+}
+
+#[tokio::test]
+async fn a_press_under_an_epoch_older_than_its_sessions_clean_is_refused_uncounted() {
+    let _pool = database().await;
+    let node = start(false).await;
+    let (a, b) = (unique("a"), unique("b"));
+    assert_eq!(node.press_under(&a, 3).await.0, 200);
+    assert_eq!(node.press_under(&b, 3).await.0, 200);
+    let (status, _) = node
+        .clean(json!({ "archive": false, "session_ids": [a], "generation": 10 }))
+        .await;
+    assert_eq!(status, 200);
+    let (status, body) = node.press_under(&a, 3).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["code"], "stale_epoch");
+    assert_eq!(body["fence"], 10);
+    // b was not cleaned: its presses go on under the epoch it started with.
+    assert_eq!(
+        node.press_under(&b, 3).await.1,
+        Value::String("You clicked 2 times".into())
+    );
+    // a's next life starts at 1 under the clean's token; nothing was counted
+    // for the refused press.
+    assert_eq!(
+        node.press_under(&a, 10).await.1,
+        Value::String("You clicked 1 times".into())
+    );
+    let health: Value = node
+        .http
+        .get(format!("{}/health", node.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(health["features"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("fencing")));
+}
+
+#[tokio::test]
+async fn a_clean_all_node_refuses_every_press_read_before_its_clean() {
+    let _pool = database().await;
+    let node = start(true).await;
+    let (a, b) = (unique("a"), unique("b"));
+    node.press_under(&a, 1).await;
+    let (status, _) = node
+        .clean(json!({ "archive": false, "session_ids": [b], "generation": 5 }))
+        .await;
+    assert_eq!(status, 200);
+    for id in [&a, &b] {
+        assert_eq!(node.press_under(id, 4).await.0, 409);
+    }
+    assert_eq!(node.node.session_count().await, 0);
+}
