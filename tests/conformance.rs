@@ -69,7 +69,7 @@ async fn conform(variant: Variant) {
         assert_eq!(node["state"], "up", "{variant:?}: {node}");
         assert_eq!(
             node["offers"],
-            json!({"health": false, "instance_id": false, "clean_tokens": false, "selective_clean": false}),
+            json!({"health": false, "instance_id": false, "clean_tokens": false, "selective_clean": false, "fencing": false}),
             "{variant:?}: the node offers nothing beyond the task's API: {node}"
         );
     }

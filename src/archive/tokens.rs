@@ -26,6 +26,20 @@ impl Archive {
         .await
     }
 
+    /// A token for a wipe (`/clean archive=false`): from the same sequence,
+    /// so it orders with every clean token, but with no row, since a wipe
+    /// archives nothing. A fencing node takes it as its new floor.
+    pub async fn wipe_token(&self) -> ArchiveResult<i64> {
+        self.run("taking a wipe token from Postgres", async {
+            sqlx::query_scalar(
+                "SELECT nextval(pg_get_serial_sequence('clean_tokens', 'generation'))",
+            )
+            .fetch_one(self.pool())
+            .await
+        })
+        .await
+    }
+
     /// Revokes one token: its clean did not end in OK, so nothing it wrote
     /// may be folded.
     pub async fn revoke_token(&self, generation: i64) -> ArchiveResult<()> {

@@ -180,8 +180,10 @@ impl NodeAdmin {
             // Whatever an earlier life of this node may still archive is
             // fenced out before it counts for us again.
             this.archive.fence_failed_node(&addr).await?;
+            // The wipe's token is the node's first fencing epoch.
+            let token = this.archive.wipe_token().await?;
             let (state, health, reason) = match health {
-                Ok(mut health) => match this.client.wipe(&addr).await {
+                Ok(mut health) => match this.client.wipe(&addr, Some(token)).await {
                     Ok(selective) => {
                         health.offers.selective_clean |= selective;
                         info!(node = %addr, reason = "new registration: counts from an earlier life would be wrong for us", "node wiped");
@@ -214,6 +216,7 @@ impl NodeAdmin {
                 reason,
                 number: 0,
                 offers: health.offers,
+                epoch: token as u64,
             };
             // Postgres first: a node Redis knows is always one a rebuild knows.
             record.number = this

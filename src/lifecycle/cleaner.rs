@@ -73,6 +73,13 @@ pub struct Wiped {
     pub selective: bool,
 }
 
+/// A clean of a fencing node waits for a replica that sends epochs only if
+/// it was heard from within this (two heartbeats)...
+pub const FENCING_SILENCE: Duration = Duration::from_secs(2);
+/// ...and for at most this long: its presses that reach the node after the
+/// clean are refused there, uncounted, and read their mapping again.
+pub const FENCING_ACK_WAIT: Duration = Duration::from_secs(1);
+
 #[derive(Clone)]
 pub struct NodeCleaner {
     store: SessionStore,
@@ -224,14 +231,17 @@ impl NodeCleaner {
         let result = async {
             self.archive.fence_failed_node(addr).await?;
             let dropped = self.store.unmap_node(addr).await?;
+            // The wipe archives nothing: its token only fences the node.
+            let token = self.archive.wipe_token().await?;
             let selective = self
                 .client
-                .wipe(addr)
+                .wipe(addr, Some(token))
                 .await
                 .map_err(|source| CleanError::Node {
                     node: addr.to_owned(),
                     source,
                 })?;
+            self.store.set_node_epoch(addr, token as u64).await?;
             Ok(Wiped {
                 dropped: dropped.len(),
                 selective,
@@ -338,6 +348,7 @@ impl NodeCleaner {
             seq,
             generation: Some(generation),
             leaving,
+            selective,
         };
         self.store.put_journal(addr, &journal).await?;
         let only = selective.then_some(journal.leaving.as_slice());
@@ -345,24 +356,28 @@ impl NodeCleaner {
             Ok(outcome) => outcome,
             Err(source) => return Err(self.clean_failed(addr, generation, source).await),
         };
-        // From here on the node has forgotten sessions.
-        let report = match self.fold_and_apply(addr, &journal, outcome.clone()).await {
-            Ok(report) => report,
-            Err(CleanError::Archive(error)) => {
-                // Postgres went away between the node's archive and our fold:
-                // unmap everything the node forgot. Their totals are safe in
-                // the archive; their next press restores them (503 until
-                // Postgres is back) instead of waiting behind the fence.
-                let forgotten = match outcome {
-                    CleanOutcome::Only(_) => journal.leaving.clone(),
-                    CleanOutcome::All => self.store.node_sessions(addr).await?,
-                };
-                self.store.apply_clean(addr, &forgotten, &[]).await?;
-                self.store.delete_journal(addr).await?;
-                return Err(CleanError::Archive(error));
-            }
-            Err(other) => return Err(other),
-        };
+        // From here on the node has forgotten sessions. If Postgres or
+        // Redis fails before the clean is settled, the journal stays and
+        // with it the fence: the sweep finishes the clean once they answer
+        // ([`finish_stale`](Self::finish_stale)), and not one session is
+        // unmapped before its token is recorded completed (a token left
+        // neither completed nor revoked would be revoked by a later
+        // failover, and what the node archived with it lost).
+        self.settle(addr, &journal, generation, outcome).await
+    }
+
+    /// The end of a clean the node did: fold and apply it, record its
+    /// token as the node's fencing epoch (before the fence comes down, so
+    /// presses read after it carry the epoch), delete the journal.
+    async fn settle(
+        &self,
+        addr: &str,
+        journal: &Journal,
+        generation: i64,
+        outcome: CleanOutcome,
+    ) -> Result<CleanReport, CleanError> {
+        let report = self.fold_and_apply(addr, journal, outcome).await?;
+        self.store.set_node_epoch(addr, generation as u64).await?;
         self.store.delete_journal(addr).await?;
         info!(node = %addr, unmapped = report.unmapped, rebased = report.rebased, generation, "node cleaned");
         Ok(report)
@@ -464,10 +479,20 @@ impl NodeCleaner {
         })
     }
 
-    /// Finishes a clean whose cleaner died after `/clean`: the stale fence
-    /// stays up until the fold is repeated. Folding every session of the
-    /// node is right whichever way the node cleaned (a second fold is a
-    /// no-op). Skipped while another operation holds the node.
+    /// Finishes a clean whose cleaner died (or lost Postgres or Redis)
+    /// after writing its journal: the stale fence stays up until then.
+    /// Finished only when the node finished it: the clean is sent again,
+    /// with its token and its sessions. A node that did it already holds
+    /// nothing of those sessions (no press reached it since: the fence is
+    /// up, and a fencing node refuses presses from before the clean), so
+    /// it archives nothing and forgets nothing new; one that never got it
+    /// does it now. Then it is settled as any clean. A node that does not
+    /// answer failed (its token is revoked and its sessions move, as for
+    /// any clean it does not answer); one that answers an error keeps the
+    /// journal for the next sweep, since the first `/clean` may have been
+    /// done. A journal without a token (an older version's) is folded as
+    /// before, whichever way the node cleaned (a second fold is a no-op).
+    /// Skipped while another operation holds the node.
     pub async fn finish_stale(&self, addr: &str, seq: u64) -> Result<bool, CleanError> {
         self.locked(addr, Duration::ZERO, move |this, lock| async move {
             let addr = lock.node().to_owned();
@@ -475,8 +500,30 @@ impl NodeCleaner {
                 this.store.lower_fence(&addr, seq).await?;
                 return Ok(false);
             };
-            let report = this.fold_and_apply(&addr, &journal, CleanOutcome::All).await?;
-            this.store.delete_journal(&addr).await?;
+            let report = match journal.generation {
+                Some(generation) => {
+                    let only = journal.selective.then_some(journal.leaving.as_slice());
+                    match this.client.clean(&addr, true, only, Some(generation)).await {
+                        Ok(outcome) => this.settle(&addr, &journal, generation, outcome).await?,
+                        Err(source) if source.is_unreachable() => {
+                            let error = this.clean_failed(&addr, generation, source).await;
+                            this.store.lower_fence(&addr, journal.seq).await?;
+                            return Err(error);
+                        }
+                        Err(source) => {
+                            return Err(CleanError::Node {
+                                node: addr.clone(),
+                                source,
+                            })
+                        }
+                    }
+                }
+                None => {
+                    let report = this.fold_and_apply(&addr, &journal, CleanOutcome::All).await?;
+                    this.store.delete_journal(&addr).await?;
+                    report
+                }
+            };
             this.store.lower_fence(&addr, journal.seq).await?;
             if journal.seq != seq {
                 this.store.lower_fence(&addr, seq).await?;
@@ -490,27 +537,34 @@ impl NodeCleaner {
     /// After Redis forgot everything (design.md §4.12): under the fence, a node
     /// that was up archives every session it holds with a fresh token, which
     /// is folded at once; a node that was down is only wiped (its counts are
-    /// stale). Returns whether the node answered.
-    pub async fn archive_all(&self, lock: &NodeLock, was_up: bool) -> Result<bool, CleanError> {
+    /// stale). Returns whether the node answered, and the clean's token:
+    /// the node's fencing epoch from now on.
+    pub async fn archive_all(
+        &self,
+        lock: &NodeLock,
+        was_up: bool,
+    ) -> Result<(bool, u64), CleanError> {
         let addr = lock.node();
         let seq = self.raise_and_wait(addr, FenceReason::Clean).await?;
         let result = async {
             if !was_up {
+                let generation = self.archive.wipe_token().await?;
                 self.archive.fence_failed_node(addr).await?;
-                return Ok(self.client.clean(addr, false, None, None).await.is_ok());
+                let wiped = self.client.clean(addr, false, None, Some(generation)).await;
+                return Ok((wiped.is_ok(), generation as u64));
             }
             let generation = self.archive.issue_token(addr).await?;
             match self.client.clean(addr, true, None, Some(generation)).await {
                 Ok(_) => {
                     let folded = self.archive.fold_generation(generation).await?;
                     info!(node = %addr, sessions = folded, generation, "node archived after Redis forgot its sessions");
-                    Ok(true)
+                    Ok((true, generation as u64))
                 }
                 Err(error) => {
                     warn!(node = %addr, %error, "node could not archive during the rebuild; it stays down");
                     self.archive.revoke_token(generation).await?;
                     self.archive.fence_failed_node(addr).await?;
-                    Ok(false)
+                    Ok((false, generation as u64))
                 }
             }
         }
@@ -539,11 +593,24 @@ impl NodeCleaner {
             .store
             .raise_fence(addr, Duration::from_millis(LOCK_TTL_MS), reason)
             .await?;
-        let deadline = tokio::time::Instant::now() + self.ack_timeout;
+        let started = tokio::time::Instant::now();
+        let deadline = started + self.ack_timeout;
+        // A node that enforces fencing epochs refuses whatever a replica
+        // sends it from before this clean, so the replicas that send epochs
+        // are waited for only while they answer promptly (design.md,
+        // "Fencing at the node"): a paused one stalls nobody.
+        let fencing = self.table.get(addr).is_some_and(|e| e.fences());
         loop {
             // Armed before the check, so an ack arriving meanwhile wakes us.
             let event = self.events.notified();
-            let live = self.store.live_replicas(self.liveness).await?;
+            let prompt = match started.elapsed() < FENCING_ACK_WAIT {
+                true => FENCING_SILENCE,
+                false => Duration::ZERO,
+            };
+            let live = self
+                .store
+                .replicas_to_wait_for(self.liveness, fencing.then_some(prompt))
+                .await?;
             let acks = self.store.fence_acks(addr, seq).await?;
             let missing: Vec<String> = live.into_iter().filter(|r| !acks.contains(r)).collect();
             if missing.is_empty() {

@@ -56,6 +56,15 @@ impl Lease {
             .fetch_max(at, std::sync::atomic::Ordering::AcqRel);
     }
 
+    /// Whether the lease had run out by `sent` (or was never renewed): a
+    /// replica paused or cut off past its lease may have missed fences
+    /// raised and lowered meanwhile.
+    fn lapsed_at(&self, sent: std::time::Instant) -> bool {
+        let renewed = self.renewed.load(std::sync::atomic::Ordering::Acquire);
+        let at = sent.duration_since(self.origin).as_millis() as u64 + 1;
+        renewed == 0 || at.saturating_sub(renewed) >= self.length.as_millis() as u64
+    }
+
     pub fn is_fresh(&self) -> bool {
         let renewed = self.renewed.load(std::sync::atomic::Ordering::Acquire);
         if renewed == 0 {
@@ -140,6 +149,13 @@ impl FenceWatcher {
         for (node, seq, reason, released) in missing {
             self.close_gate(node, seq, reason, released).await;
         }
+        // A lease that ran out may have missed fences raised and lowered
+        // while this replica was paused or cut off: every mapping read
+        // before now (cached or in flight) is void, before the lease is
+        // trusted again.
+        if self.lease.lapsed_at(sent) {
+            self.table.cleaned_all();
+        }
         // Every fence raised before `sent` is being honoured now.
         self.lease.renew(sent);
         Ok(())
@@ -191,6 +207,12 @@ impl FenceWatcher {
             }
             let _ = (&mut released).await;
             if let Some(entry) = &entry {
+                // The clean's token, recorded before its fence came down:
+                // presses that enter once the gate opens carry it. (If the
+                // read fails, the node's first refusal teaches it.)
+                if let Ok(epoch) = watcher.store.node_epoch(&node).await {
+                    watcher.table.learn_epoch(entry, epoch);
+                }
                 watcher.table.cleaned(entry);
             }
             drop(guard);

@@ -174,7 +174,7 @@ impl Rebuilder {
             busy,
             |lock| async move {
                 let addr = lock.node().to_owned();
-                let answered = self
+                let (answered, epoch) = self
                     .cleaner
                     .archive_all(&lock, member.state != NodeState::Down.as_str())
                     .await?;
@@ -200,6 +200,7 @@ impl Rebuilder {
                         .then(|| "did not answer during the registry rebuild".to_owned()),
                     number: member.number as u64,
                     offers: Offers::default(),
+                    epoch,
                 };
                 if answered {
                     record.offers = self.client.detect(&addr).await.unwrap_or_default().offers;
@@ -210,6 +211,7 @@ impl Rebuilder {
                     self.store.set_node_state(&addr, state, &[]).await?;
                 }
                 self.store.set_node_offers(&addr, record.offers).await?;
+                self.store.set_node_epoch(&addr, epoch).await?;
                 self.store.tally(&[(addr.clone(), record.number)]).await?;
                 if draining {
                     self.store

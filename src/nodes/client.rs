@@ -47,6 +47,11 @@ pub enum NodeCallError {
     Status(StatusCode),
     #[error("the node answered an unexpected body: {0:?}")]
     Body(String),
+    /// A fencing node refused the press, uncounted: its epoch is older
+    /// than the node's last clean of the session (`fence`). The node is
+    /// well; the mapping the press was sent with is not.
+    #[error("the node refused a press under an older fencing epoch (its fence is {fence})")]
+    StaleEpoch { fence: u64 },
 }
 
 impl NodeCallError {
@@ -79,9 +84,13 @@ impl NodeCallError {
         self.is_timeout() || self.is_gateway()
     }
 
-    /// Whether the node is to blame (everything but a request we could not build).
+    /// Whether the node is to blame (everything but a request we could
+    /// not build, and a fencing refusal, which is the node doing its job).
     pub fn is_node_fault(&self) -> bool {
-        !matches!(self, NodeCallError::Request(_))
+        !matches!(
+            self,
+            NodeCallError::Request(_) | NodeCallError::StaleEpoch { .. }
+        )
     }
 }
 
@@ -219,17 +228,23 @@ impl NodeClient {
     /// answer can be carried on in a task of its own. No overall timeout:
     /// the caller bounds it (`NODE_TIMEOUT_MS`, see [`timeout`](Self::timeout));
     /// the connect is bounded by `NODE_CONNECT_TIMEOUT_MS`.
+    ///
+    /// `epoch`: the fencing epoch the session's mapping was read under, for
+    /// a node that enforces it; any other node gets the task's body alone.
     pub fn press(
         &self,
         node: &Arc<NodeEntry>,
         session_id: &str,
+        epoch: Option<u64>,
     ) -> Result<Exchange, NodeCallError> {
         #[derive(serde::Serialize)]
         struct PressBody<'a> {
             session_id: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            epoch: Option<u64>,
         }
         let body = Bytes::from(
-            serde_json::to_vec(&PressBody { session_id })
+            serde_json::to_vec(&PressBody { session_id, epoch })
                 .map_err(|e| NodeCallError::Request(e.to_string()))?,
         );
         if node.press_pool(self.connect_timeout).is_some() {
@@ -371,13 +386,14 @@ impl NodeClient {
     /// selective node does and says (`{"cleaned":[]}`), and any other node
     /// takes as "clean everything" or refuses. Only detection: the full
     /// wipe follows in every case (a node may honour `session_ids` and
-    /// still answer `OK`).
-    pub async fn wipe(&self, address: &str) -> Result<bool, NodeCallError> {
+    /// still answer `OK`). `token`: the wipe's clean token, which a fencing
+    /// node takes as its new floor (no press read before it counts).
+    pub async fn wipe(&self, address: &str, token: Option<i64>) -> Result<bool, NodeCallError> {
         let selective = matches!(
             self.clean(address, false, Some(&[]), None).await,
             Ok(CleanOutcome::Only(_))
         );
-        self.clean(address, false, None, None).await?;
+        self.clean(address, false, None, token).await?;
         Ok(selective)
     }
 
@@ -431,6 +447,7 @@ impl NodeClient {
                 instance_id: instance.is_some(),
                 clean_tokens: features.contains(&"clean_tokens"),
                 selective_clean: features.contains(&"session_ids"),
+                fencing: features.contains(&"fencing"),
             },
             instance,
         })
@@ -461,8 +478,23 @@ impl NodeClient {
     }
 }
 
-/// The count in a node's answer to a press; any other status is a failure.
+/// The count in a node's answer to a press; a fencing refusal (409 with
+/// `"code":"stale_epoch"`) is told apart; any other status is a failure.
 fn clicks_of(status: StatusCode, body: &[u8]) -> Result<i64, NodeCallError> {
+    if status == StatusCode::CONFLICT {
+        #[derive(serde::Deserialize)]
+        struct Refusal<'a> {
+            code: &'a str,
+            fence: u64,
+        }
+        if let Ok(refusal) = serde_json::from_slice::<Refusal>(body) {
+            if refusal.code == "stale_epoch" {
+                return Err(NodeCallError::StaleEpoch {
+                    fence: refusal.fence,
+                });
+            }
+        }
+    }
     if !status.is_success() {
         return Err(NodeCallError::Status(status));
     }

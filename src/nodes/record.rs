@@ -62,6 +62,9 @@ pub struct NodeRecord {
     pub number: u64,
     /// What it offers beyond `/press` and `/clean`, as last detected.
     pub offers: Offers,
+    /// The token of the node's last clean that the registry recorded: the
+    /// fencing epoch presses to it carry (design.md, "Fencing at the node").
+    pub epoch: u64,
 }
 
 /// What a node offers beyond the task's API (`/press`, `/clean`), detected
@@ -82,17 +85,29 @@ pub struct Offers {
     /// `{"cleaned":[..]}`); otherwise every clean forgets everything and
     /// live sessions are re-based.
     pub selective_clean: bool,
+    /// Refuses a press under a fencing epoch older than its session's last
+    /// clean: no pause, skew or stale cache of a replica can make a count
+    /// go above the truth or reset, and its cleans need not wait for a
+    /// silent replica.
+    pub fencing: bool,
 }
 
 impl Offers {
-    const NAMES: [&'static str; 4] = ["health", "instance_id", "clean_tokens", "selective_clean"];
+    const NAMES: [&'static str; 5] = [
+        "health",
+        "instance_id",
+        "clean_tokens",
+        "selective_clean",
+        "fencing",
+    ];
 
-    fn flags(self) -> [bool; 4] {
+    fn flags(self) -> [bool; 5] {
         [
             self.health,
             self.instance_id,
             self.clean_tokens,
             self.selective_clean,
+            self.fencing,
         ]
     }
 
@@ -115,6 +130,7 @@ impl Offers {
             instance_id: has("instance_id"),
             clean_tokens: has("clean_tokens"),
             selective_clean: has("selective_clean"),
+            fencing: has("fencing"),
         }
     }
 
@@ -125,6 +141,7 @@ impl Offers {
             "an instance id",
             "clean tokens",
             "selective cleans",
+            "fenced presses",
         ];
         let offered: Vec<&str> = words
             .iter()
@@ -152,6 +169,7 @@ mod tests {
                 instance_id: true,
                 clean_tokens: false,
                 selective_clean: true,
+                fencing: true,
             },
         ] {
             assert_eq!(Offers::decode(&offers.encode()), offers);

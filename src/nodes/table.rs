@@ -33,6 +33,14 @@ pub struct NodeEntry {
     membership: Arc<Membership>,
     /// Table epoch at which the last clean of this node ended.
     cleaned_at: AtomicU64,
+    /// Whether the node refuses presses under an older fencing epoch (it
+    /// offers `fencing`): presses then carry [`fence_epoch`](Self::fence_epoch).
+    fencing: std::sync::atomic::AtomicBool,
+    /// The newest clean token of the node this replica has learned from
+    /// the registry: the fencing epoch its presses carry. Learned only
+    /// through [`NodeTable::learn_epoch`], which orders it with the clean
+    /// mark (see there).
+    fence_epoch: AtomicU64,
     /// Presses hold a read guard while in flight to the node; a clean takes
     /// the write guard, so no press of this replica is in flight to a node
     /// being cleaned (design.md §4.7). A tokio lock: it is held across awaits;
@@ -110,6 +118,8 @@ impl NodeEntry {
             in_flight: loads.counter(&record.address.as_str().into()),
             membership: membership.clone(),
             cleaned_at: AtomicU64::new(0),
+            fencing: std::sync::atomic::AtomicBool::new(record.offers.fencing),
+            fence_epoch: AtomicU64::new(record.epoch),
             gate: Arc::new(AsyncRwLock::new(())),
             down: tokio::sync::Notify::new(),
             failover: tokio::sync::Mutex::new(()),
@@ -205,9 +215,21 @@ impl NodeEntry {
         matches!(self.state(), NodeState::Up | NodeState::Draining)
     }
 
+    /// Whether the node enforces fencing epochs on presses.
+    pub fn fences(&self) -> bool {
+        self.fencing.load(Ordering::Acquire)
+    }
+
+    /// The fencing epoch a press carries. Loaded *before* the press checks
+    /// [`cleaned_since`](Self::cleaned_since) for the table epoch it read
+    /// before its mapping: see [`NodeTable::learn_epoch`].
+    pub fn fence_epoch(&self) -> u64 {
+        self.fence_epoch.load(Ordering::SeqCst)
+    }
+
     /// Whether a clean of this node ended after table epoch `epoch`.
     pub fn cleaned_since(&self, epoch: u64) -> bool {
-        self.cleaned_at.load(Ordering::Acquire) > epoch
+        self.cleaned_at.load(Ordering::SeqCst) > epoch
     }
 
     /// Presses of this replica currently in flight to the node.
@@ -404,13 +426,39 @@ impl NodeTable {
     }
 
     pub fn epoch(&self) -> u64 {
-        self.epoch.load(Ordering::Acquire)
+        self.epoch.load(Ordering::SeqCst)
     }
 
     /// Records that a clean of `node` just ended.
     pub fn cleaned(&self, node: &NodeEntry) {
         let epoch = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
         node.cleaned_at.store(epoch, Ordering::Release);
+    }
+
+    /// Records that every node may have been cleaned just now (this
+    /// replica's lease ran out): mappings read before are void.
+    pub fn cleaned_all(&self) {
+        let mark = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
+        for node in self.read().values() {
+            node.cleaned_at.fetch_max(mark, Ordering::SeqCst);
+        }
+    }
+
+    /// Learns a newer fencing epoch of `node`, read from the registry. A
+    /// press sends the epoch with a mapping read *before* it learned it
+    /// only if no clean ended in between, so the clean mark moves first and
+    /// the epoch after: a press that loads the new epoch (then checks the
+    /// mark against the table epoch it read before its mapping) sees the
+    /// mark too, and reads its mapping again unless the mark is older than
+    /// that read, in which case the epoch was in Redis (and the clean that
+    /// wrote it complete) before the mapping was read.
+    pub fn learn_epoch(&self, node: &NodeEntry, epoch: u64) {
+        if node.fence_epoch.load(Ordering::SeqCst) >= epoch {
+            return;
+        }
+        let mark = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
+        node.cleaned_at.fetch_max(mark, Ordering::SeqCst);
+        node.fence_epoch.fetch_max(epoch, Ordering::SeqCst);
     }
 
     /// Brings the view in line with the registry: new nodes appear, states
@@ -464,6 +512,10 @@ impl NodeTable {
             Some(entry) => {
                 entry.set_state(record.state);
                 entry.set_weight(record.weight);
+                entry
+                    .fencing
+                    .store(record.offers.fencing, Ordering::Release);
+                self.learn_epoch(entry, record.epoch);
                 *entry.instance.lock().unwrap_or_else(|e| e.into_inner()) = record.instance.clone();
             }
             None => {

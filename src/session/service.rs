@@ -114,6 +114,10 @@ struct Held {
 /// gate ([`SessionService::carry_on`]).
 const CARRY_LIMIT: u32 = 10;
 
+/// How long a press refused by a node that is being cleaned waits before
+/// it reads its mapping again.
+const REFUSED_RETRY: Duration = Duration::from_millis(50);
+
 /// How often a press queues again for a node whose backlog timed out its
 /// connect (nothing was sent) before it is answered `node_busy`.
 const MAX_REQUEUES: u32 = 2;
@@ -125,6 +129,11 @@ enum Attempt {
     Abandoned(Held),
     /// The press could not be sent as it is: not the node's doing.
     NotTheNode(NodeCallError),
+    /// A fencing node refused the press, uncounted: it cleaned the session
+    /// (token `fence`) after the mapping was read.
+    Refused {
+        fence: u64,
+    },
     /// Time ran out (or a gateway answered 502/503) at a node that is
     /// alive, or the last one serving: it stays up. A press still at the
     /// node was carried on ([`SessionService::carry_on`]).
@@ -252,24 +261,18 @@ impl SessionService {
             let Some(gate) = entry.enter(deadline - Instant::now()).await else {
                 return Err(PressError::Fenced(entry.address.clone()));
             };
-            // While we hold the gate no clean of this node can start on any
-            // replica (its fence waits for us), so a mapping read now holds
-            // until the press is answered.
-            let current = if entry.cleaned_since(epoch) {
-                let (fresh, read_at) = self.read(id).await?;
-                epoch = read_at;
-                match fresh {
-                    Some(m) if m.node == entry.address && m.expires_at_ms > self.clock.now_ms() => {
-                        m
-                    }
-                    other => {
-                        mapping = other;
-                        continue;
-                    }
-                }
-            } else {
-                current
-            };
+            // The fencing epoch first, then the clean mark: an epoch learned
+            // after the mapping was read shows as a clean since (see
+            // `NodeTable::learn_epoch`), and the mapping is read again.
+            let fence_epoch = entry.fence_epoch();
+            // While we hold the gate no clean of this node starts on a
+            // replica that answers its fence (the fence waits for us), so a
+            // mapping read now holds until the press is answered; a node
+            // that fences refuses it if a clean overtook it all the same.
+            if entry.cleaned_since(epoch) {
+                (mapping, epoch) = self.read(id).await?;
+                continue;
+            }
             // A place at the node, waited for in this replica's queue. Taken
             // with the gate held: a press that waits out a clean does not
             // spend its queue time on it, and a clean waits for the queue at
@@ -287,7 +290,7 @@ impl SessionService {
                 _permit: permit,
                 _in_flight: in_flight,
             };
-            let held = match self.attempt(&entry, id, held).await {
+            let held = match self.attempt(&entry, id, held, fence_epoch).await {
                 Attempt::Served(count) => {
                     return Ok(Pressed {
                         clicks: count + current.base,
@@ -297,6 +300,16 @@ impl SessionService {
                 Attempt::Abandoned(held) => {
                     debug!(node = %entry.address, session = %id, "press abandoned: node declared down");
                     held
+                }
+                // The node cleaned the session after its mapping was read:
+                // nothing was counted. Learn the node's epoch, read again.
+                Attempt::Refused { fence } => {
+                    metrics::counter!("nodes_control_presses_refused_total").increment(1);
+                    debug!(node = %entry.address, session = %id, fence, "press refused under an older fencing epoch");
+                    self.cache.forget(id);
+                    self.learn_after_refusal(&entry, fence).await?;
+                    (mapping, epoch) = self.read(id).await?;
+                    continue;
                 }
                 // Not the node's doing: it stays up, the press fails.
                 Attempt::NotTheNode(error) => {
@@ -365,6 +378,29 @@ impl SessionService {
         Ok(())
     }
 
+    /// A fencing node refused a press: it has done a clean (token `fence`)
+    /// newer than the epoch this replica knows. Learned from the registry
+    /// when the clean is recorded there; while one is under way (its fence
+    /// is up, or its journal waits to be finished) the press waits a moment
+    /// and reads again. A clean that ended without recording its epoch (a
+    /// replica of an earlier release cleaned the node, or the cleaner lost
+    /// Redis after its fence came down) ended when its fence came down, so
+    /// the node's word is recorded and learned.
+    async fn learn_after_refusal(&self, entry: &NodeEntry, fence: u64) -> Result<(), PressError> {
+        let recorded = self.store.node_epoch(&entry.address).await?;
+        if recorded >= fence {
+            self.table().learn_epoch(entry, recorded);
+            return Ok(());
+        }
+        if self.store.clean_in_progress(&entry.address).await? {
+            tokio::time::sleep(REFUSED_RETRY).await;
+            return Ok(());
+        }
+        self.store.set_node_epoch(&entry.address, fence).await?;
+        self.table().learn_epoch(entry, fence);
+        Ok(())
+    }
+
     /// Reads the mapping from Redis (the epoch first) and caches it.
     async fn read(&self, id: &str) -> Result<(Option<Mapping>, u64), PressError> {
         let epoch = self.table().epoch();
@@ -391,12 +427,19 @@ impl SessionService {
     /// `held` is given back where the caller still needs the gate; a press
     /// the node may still count is carried on holding it (see
     /// [`carry_on`](Self::carry_on)).
-    async fn attempt(&self, entry: &Arc<NodeEntry>, id: &str, held: Held) -> Attempt {
+    async fn attempt(
+        &self,
+        entry: &Arc<NodeEntry>,
+        id: &str,
+        held: Held,
+        fence_epoch: u64,
+    ) -> Attempt {
         let down = entry.declared_down();
         if !entry.serves_presses() {
             return Attempt::Abandoned(held);
         }
-        let mut exchange = match self.client.press(entry, id) {
+        let epoch = entry.fences().then_some(fence_epoch);
+        let mut exchange = match self.client.press(entry, id, epoch) {
             Ok(exchange) => exchange,
             Err(error) => return Attempt::NotTheNode(error),
         };
@@ -412,6 +455,11 @@ impl SessionService {
                 entry.answered();
                 entry.limit.answered();
                 return Attempt::Served(count);
+            }
+            // The node is well and counted nothing.
+            Err(NodeCallError::StaleEpoch { fence }) => {
+                entry.answered();
+                return Attempt::Refused { fence };
             }
             Err(error) => error,
         };
@@ -477,7 +525,8 @@ impl SessionService {
             let reason = loop {
                 tokio::select! {
                     result = &mut exchange => match result {
-                        Ok(_) => {
+                        // A refusal is an answer too: nothing was counted.
+                        Ok(_) | Err(NodeCallError::StaleEpoch { .. }) => {
                             entry.answered();
                             entry.limit.answered();
                             return;

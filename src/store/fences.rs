@@ -55,6 +55,11 @@ pub struct Journal {
     /// Sessions that leave the node (expired, or all of them on removal).
     /// The ones that stay are read from the node's set when folding.
     pub leaving: Vec<String>,
+    /// Whether the node was asked to clean only `leaving` (a journal of an
+    /// older version says nothing: a clean of everything, which is what
+    /// finishing it assumed).
+    #[serde(default)]
+    pub selective: bool,
 }
 
 /// Lua that sets `now` to Redis's clock in ms. Heartbeats, liveness and
@@ -171,15 +176,22 @@ impl SessionStore {
 
     /// Records that `replica` is alive, at now on Redis's clock, and
     /// forgets replicas silent for an hour (they died without leaving; the
-    /// fence stopped waiting for them long before).
+    /// fence stopped waiting for them long before). `replicas_fencing`
+    /// holds the same heartbeats of the replicas that send fencing epochs
+    /// to the nodes that enforce them (this release on): a clean of such a
+    /// node waits for them only briefly ([`Self::replicas_to_wait_for`]).
+    /// A replica of an earlier release is only in `replicas`.
     pub async fn heartbeat(&self, replica: &str) -> StoreResult<()> {
         redis::Script::new(&format!(
             "{REDIS_NOW}
-             redis.call('ZADD', KEYS[1], now, ARGV[1])
-             redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 3600000)
+             for i = 1, 2 do
+               redis.call('ZADD', KEYS[i], now, ARGV[1])
+               redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - 3600000)
+             end
              return 0"
         ))
         .key(self.key(&["replicas"]))
+        .key(self.key(&["replicas_fencing"]))
         .arg(replica)
         .invoke_async::<i64>(&mut self.conn())
         .await
@@ -188,10 +200,57 @@ impl SessionStore {
     }
 
     pub async fn remove_replica(&self, replica: &str) -> StoreResult<()> {
-        self.conn()
-            .zrem::<_, _, ()>(self.key(&["replicas"]), replica)
+        redis::pipe()
+            .zrem(self.key(&["replicas"]), replica)
+            .zrem(self.key(&["replicas_fencing"]), replica)
+            .query_async::<()>(&mut self.conn())
             .await
             .context("removing a replica from Redis")
+    }
+
+    /// The replicas a clean must hear from before it goes on, on Redis's
+    /// clock: every replica heard from within `silence`; except, when
+    /// `fencing` is given (the node enforces fencing epochs), the replicas
+    /// that send epochs count only if heard from within that shorter
+    /// silence. The node itself refuses whatever they send from before the
+    /// clean; only replicas of an earlier release must be waited out.
+    pub async fn replicas_to_wait_for(
+        &self,
+        silence: std::time::Duration,
+        fencing: Option<std::time::Duration>,
+    ) -> StoreResult<Vec<String>> {
+        redis::Script::new(&format!(
+            "{REDIS_NOW}
+             local live = redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[1]), '+inf')
+             if ARGV[2] == '' then return live end
+             local wait = {{}}
+             for _, replica in ipairs(live) do
+               local beat = redis.call('ZSCORE', KEYS[2], replica)
+               if not beat or tonumber(beat) >= now - tonumber(ARGV[2]) then
+                 wait[#wait + 1] = replica
+               end
+             end
+             return wait"
+        ))
+        .key(self.key(&["replicas"]))
+        .key(self.key(&["replicas_fencing"]))
+        .arg(silence.as_millis() as i64)
+        .arg(fencing.map_or_else(String::new, |f| f.as_millis().to_string()))
+        .invoke_async(&mut self.conn())
+        .await
+        .context("listing the replicas a clean waits for in Redis")
+    }
+
+    /// Whether a clean of the node is under way: its fence is up, or its
+    /// journal waits to be finished.
+    pub async fn clean_in_progress(&self, address: &str) -> StoreResult<bool> {
+        let (fenced, journaled): (bool, bool) = redis::pipe()
+            .hexists(self.key(&["fences"]), address)
+            .exists(self.key(&["journal", address]))
+            .query_async(&mut self.conn())
+            .await
+            .context("reading whether a node is being cleaned from Redis")?;
+        Ok(fenced || journaled)
     }
 
     /// Replicas that sent a heartbeat within `silence` of now, both on

@@ -46,6 +46,7 @@ impl SessionStore {
             .arg(node.instance.as_deref().unwrap_or(""))
             .arg(node.reason.as_deref().unwrap_or(""))
             .arg(node.number)
+            .arg(node.epoch)
             .invoke_async(&mut self.conn())
             .await
             .context("registering a node in Redis")?;
@@ -161,6 +162,35 @@ impl SessionStore {
             "changing a node's weight in Redis",
         )
         .await
+    }
+
+    /// Records the token of a clean the node has done, the fencing epoch
+    /// presses to it carry from now on, unless a newer one is recorded
+    /// (tokens only grow: a late writer cannot move it back).
+    pub async fn set_node_epoch(&self, address: &str, epoch: u64) -> StoreResult<()> {
+        redis::Script::new(
+            "if redis.call('EXISTS', KEYS[1]) == 1 and
+                (tonumber(redis.call('HGET', KEYS[1], 'epoch')) or 0) < tonumber(ARGV[1]) then
+               redis.call('HSET', KEYS[1], 'epoch', ARGV[1])
+             end
+             return 0",
+        )
+        .key(self.key(&["node", address]))
+        .arg(epoch)
+        .invoke_async::<i64>(&mut self.conn())
+        .await
+        .context("recording a node's fencing epoch in Redis")?;
+        Ok(())
+    }
+
+    /// The fencing epoch the registry holds for a node (0: none yet).
+    pub async fn node_epoch(&self, address: &str) -> StoreResult<u64> {
+        let epoch: Option<u64> = self
+            .conn()
+            .hget(self.key(&["node", address]), "epoch")
+            .await
+            .context("reading a node's fencing epoch from Redis")?;
+        Ok(epoch.unwrap_or(0))
     }
 
     /// Marks a registered node as draining until `until_ms` (the drain's
@@ -351,5 +381,6 @@ fn record_from_fields(
         reason: get("reason").filter(|r| !r.is_empty()).map(str::to_owned),
         number: get("number").and_then(|n| n.parse().ok()).unwrap_or(0),
         offers: Offers::decode(get("offers").unwrap_or("")),
+        epoch: get("epoch").and_then(|e| e.parse().ok()).unwrap_or(0),
     })
 }

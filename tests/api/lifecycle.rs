@@ -233,6 +233,7 @@ async fn an_interrupted_clean_is_finished_by_the_next_sweep_by_folding_again() {
                 seq,
                 generation: None,
                 leaving: vec![a.clone()],
+                selective: false,
             },
         )
         .await
