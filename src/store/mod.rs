@@ -37,6 +37,7 @@
 
 mod fences;
 pub mod groups;
+mod identity;
 pub mod lock;
 mod nodes;
 mod routes;
@@ -57,6 +58,7 @@ use timed::Connection;
 /// callers.
 pub use crate::nodes::record::{NodeRecord, NodeState};
 pub use fences::{Fence, FenceReason, Journal};
+pub use identity::Identity;
 pub use nodes::StateChange;
 pub use sessions::{Mapping, Placed, Placement};
 
@@ -97,6 +99,8 @@ pub struct SessionStore {
     /// Node number -> address, filled on first sight: a number is never
     /// given to another address, so an entry never goes stale.
     node_addresses: std::sync::Arc<std::sync::RwLock<HashMap<u64, std::sync::Arc<str>>>>,
+    /// Cleared whenever a call loses its connection (see [`identity`]).
+    verified: std::sync::Arc<identity::Verified>,
 }
 
 struct Scripts {
@@ -158,9 +162,11 @@ impl SessionStore {
                 (client, Connection::Cluster(std::sync::Arc::new(cluster)))
             }
         };
+        let verified = std::sync::Arc::new(identity::Verified::default());
         Ok(Self {
             client,
-            conn: timed::TimedConnection::new(conn),
+            conn: timed::TimedConnection::new(conn, verified.clone()),
+            verified,
             prefix: prefix.into(),
             cluster: matches!(target, RedisTarget::Cluster(_)),
             routes: Default::default(),
@@ -264,8 +270,12 @@ impl SessionStore {
     /// Whether the registry is complete: the control slot's epoch and every
     /// group's. A group without one lost its mappings (its primary
     /// restarted empty) while the nodes still count its sessions.
+    /// And the Redis answering is the one that completed it: one that
+    /// restarted or failed over may hold older data ([`identity`]).
     pub async fn registry_complete(&self) -> StoreResult<bool> {
-        Ok(self.registry_epoch().await?.is_some() && self.groups_without_epoch().await? == 0)
+        Ok(self.registry_epoch().await?.is_some()
+            && self.identity().await? != Identity::Changed
+            && self.groups_without_epoch().await? == 0)
     }
 
     /// Stops every placement until the registry is rebuilt: a group forgot.
@@ -276,8 +286,10 @@ impl SessionStore {
             .context("clearing the registry epoch in Redis")
     }
 
-    /// Declares the registry complete (fresh, or rebuilt after amnesia).
+    /// Declares the registry complete (fresh, or rebuilt after amnesia),
+    /// on the Redis that answers now.
     pub async fn set_registry_epoch(&self, epoch: &str) -> StoreResult<()> {
+        self.keep_identity().await?;
         self.conn()
             .set::<_, _, ()>(self.key(&["registry"]), epoch)
             .await

@@ -54,6 +54,7 @@ impl SessionStore {
     /// The hot path: one plain `HGET`, one round trip, no script (the node's
     /// address is remembered after its first read: numbers never change).
     pub async fn lookup(&self, session_id: &str) -> StoreResult<Option<Mapping>> {
+        self.check_identity().await?;
         let value: Option<String> = redis::cmd("HGET")
             .arg(self.mapping_key(session_id))
             .arg(session_id)
@@ -86,6 +87,7 @@ impl SessionStore {
         stale_node: Option<&str>,
         preferred_node: Option<&str>,
     ) -> StoreResult<Placed> {
+        self.check_identity().await?;
         // A number the standing mapping named that Redis does not know.
         let mut unknown: Option<u64> = None;
         for _ in 0..PLACE_ATTEMPTS {

@@ -80,11 +80,26 @@ impl Cluster {
 #[derive(Clone)]
 pub struct TimedConnection {
     inner: Connection,
+    /// Told when a call loses its connection: the Redis that answers next
+    /// may be another process (store/identity.rs).
+    verified: Arc<super::identity::Verified>,
 }
 
 impl TimedConnection {
-    pub fn new(inner: Connection) -> Self {
-        Self { inner }
+    pub fn new(inner: Connection, verified: Arc<super::identity::Verified>) -> Self {
+        Self { inner, verified }
+    }
+
+    fn judge<T>(&self, answer: &RedisResult<T>) {
+        if let Err(error) = answer {
+            if error.is_io_error()
+                || error.is_connection_dropped()
+                || error.is_connection_refusal()
+                || error.is_timeout()
+            {
+                self.verified.lost();
+            }
+        }
     }
 
     /// Sends `pipeline` to one primary of a cluster, whatever slots its
@@ -131,6 +146,7 @@ impl ConnectionLike for TimedConnection {
                 }
             };
             record(started);
+            self.judge(&answer);
             answer
         })
     }
@@ -154,6 +170,7 @@ impl ConnectionLike for TimedConnection {
                 }
             };
             record(started);
+            self.judge(&answer);
             answer
         })
     }

@@ -19,6 +19,7 @@ mod history;
 mod lifecycle;
 mod logs;
 mod metrics;
+mod node_fence;
 mod openapi;
 mod press;
 mod routing;

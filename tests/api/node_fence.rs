@@ -1,0 +1,137 @@
+//! Presses fenced at the node (design.md §4.16, "Fencing at the node"):
+//! the balancer sends each press with the node's fencing epoch, a node
+//! that enforces it refuses what was read before a clean, and the balancer
+//! learns the epoch and reads again; a clean a cleaner could not finish is
+//! finished only when the node has done it.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{now_ms, spawn_app_with, start_nodes, test_config, unique};
+use nodes_control::store::{FenceReason, Journal};
+
+#[tokio::test]
+async fn a_clean_records_its_token_as_the_nodes_epoch_and_presses_carry_it() {
+    let app = spawn_app_with(test_config()).await;
+    let nodes = start_nodes(&app, 1, false).await;
+    let addr = &nodes[0].address;
+    let store = &app.ctx.store;
+    let added = store.node_epoch(addr).await.unwrap();
+    assert!(added > 0, "the wipe at add gave the node an epoch");
+    let s = unique("epoch");
+    for expected in 1..=3 {
+        assert_eq!(app.press(&s).await.clicks(), expected);
+    }
+    app.time
+        .advance(Duration::from_secs(app.config.session_ttl_secs + 1));
+    let report = app
+        .sweeper
+        .sweep_once(app.sweeper.clock().now_ms())
+        .await
+        .unwrap();
+    assert_eq!(report.unmapped, 1, "{report:?}");
+    let cleaned = store.node_epoch(addr).await.unwrap();
+    assert!(cleaned > added, "the clean moved it: {added} -> {cleaned}");
+    // A press under the epoch from before the clean is refused by the node,
+    // uncounted; the balancer's own press carries the new one.
+    let stale = app
+        .http
+        .post(format!("{addr}/press"))
+        .json(&serde_json::json!({ "session_id": s, "epoch": added }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stale.status(), 409);
+    assert_eq!(app.press(&s).await.clicks(), 4, "restored from its 3");
+}
+
+/// A replica of an earlier release cleans without recording the epoch:
+/// its fence came down when the clean was done, so a press the node
+/// refuses learns the node's word and goes on.
+#[tokio::test]
+async fn a_press_refused_after_a_clean_the_registry_did_not_record_is_answered() {
+    let app = spawn_app_with(test_config()).await;
+    let nodes = start_nodes(&app, 1, false).await;
+    let addr = nodes[0].address.clone();
+    let (store, archive) = (&app.ctx.store, &app.ctx.archive);
+    let s = unique("unrecorded");
+    for _ in 0..3 {
+        app.press(&s).await;
+    }
+    // The earlier release's clean of `s`: fence, token, /clean, unmap,
+    // completed token, fence down; no epoch recorded.
+    let seq = store
+        .raise_fence(&addr, Duration::from_secs(10), FenceReason::Clean)
+        .await
+        .unwrap();
+    let token = archive.issue_token(&addr).await.unwrap();
+    let cleaned = app
+        .http
+        .post(format!("{addr}/clean"))
+        .json(&serde_json::json!({ "archive": true, "session_ids": [s], "generation": token }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cleaned.status(), 200);
+    store.apply_clean(&addr, &[s.clone()], &[]).await.unwrap();
+    archive.complete_token(token).await.unwrap();
+    store.lower_fence(&addr, seq).await.unwrap();
+    assert!(store.node_epoch(&addr).await.unwrap() < token as u64);
+    // Placed again from its archive, sent under the epoch this replica
+    // knows, refused, learned, answered.
+    let answer = app.press(&s).await;
+    assert_eq!(answer.clicks(), 4, "{answer:?}");
+    // Only a refusal records the node's word.
+    assert_eq!(store.node_epoch(&addr).await.unwrap(), token as u64);
+}
+
+/// A cleaner wrote its journal and died before its `/clean` reached the
+/// node, which still counts the session. Finishing the clean sends it
+/// again; assuming it done would unmap the session and restart it from an
+/// archive that does not hold its clicks.
+#[tokio::test]
+async fn an_interrupted_clean_the_node_never_got_is_sent_again_not_assumed() {
+    let app = spawn_app_with(test_config()).await;
+    let nodes = start_nodes(&app, 1, false).await;
+    let addr = nodes[0].address.clone();
+    let (s, stays) = (unique("never-cleaned"), unique("stays"));
+    for _ in 0..5 {
+        app.press(&s).await;
+    }
+    app.press(&stays).await;
+    // A second, emptier node: a session unmapped from the first goes there.
+    let second = common::TestNode::start("n2", false);
+    app.add_node(&second.address, "n2").await;
+    let (store, archive) = (&app.ctx.store, &app.ctx.archive);
+    let seq = store
+        .raise_fence(&addr, Duration::ZERO, FenceReason::Clean)
+        .await
+        .unwrap();
+    let generation = archive.issue_token(&addr).await.unwrap();
+    store
+        .put_journal(
+            &addr,
+            &Journal {
+                seq,
+                generation: Some(generation),
+                leaving: vec![s.clone()],
+                selective: true,
+            },
+        )
+        .await
+        .unwrap();
+    // The stale fence is found and the clean finished: sent, then settled.
+    let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
+    assert_eq!(report.recovered, 1, "{report:?}");
+    assert!(store.fences().await.unwrap().is_empty());
+    assert_eq!(
+        archive.total(&s).await.unwrap(),
+        Some(5),
+        "the node archived"
+    );
+    let answer = app.press(&s).await;
+    assert_eq!(answer.served_by.as_deref(), Some("n2"));
+    assert_eq!(answer.clicks(), 6, "not restarted from 0");
+    assert_eq!(app.press(&stays).await.clicks(), 2);
+}
