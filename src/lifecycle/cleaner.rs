@@ -227,7 +227,7 @@ impl NodeCleaner {
     /// restore from the archive) and wipe it with `/clean archive=false`.
     pub async fn wipe(&self, lock: &NodeLock) -> Result<Wiped, CleanError> {
         let addr = lock.node();
-        let seq = self.raise_and_wait(addr, FenceReason::Clean).await?;
+        let seq = self.raise_and_wait(addr, FenceReason::Clean, false).await?;
         let result = async {
             self.archive.fence_failed_node(addr).await?;
             let dropped = self.store.unmap_node(addr).await?;
@@ -275,7 +275,7 @@ impl NodeCleaner {
             self.archive.fence_failed_node(addr).await?;
             return Ok(0);
         }
-        let seq = self.raise_and_wait(addr, FenceReason::Down).await?;
+        let seq = self.raise_and_wait(addr, FenceReason::Down, false).await?;
         let result = self.move_sessions_off(addr).await;
         self.lower(addr, seq).await;
         result
@@ -299,7 +299,7 @@ impl NodeCleaner {
         leaving: Vec<String>,
         selective: bool,
     ) -> Result<CleanReport, CleanError> {
-        let seq = self.raise_and_wait(addr, FenceReason::Clean).await?;
+        let seq = self.raise_and_wait(addr, FenceReason::Clean, true).await?;
         let result = self.clean_under_fence(addr, seq, leaving, selective).await;
         self.lower_unless_journaled(addr, seq);
         result
@@ -545,7 +545,7 @@ impl NodeCleaner {
         was_up: bool,
     ) -> Result<(bool, u64), CleanError> {
         let addr = lock.node();
-        let seq = self.raise_and_wait(addr, FenceReason::Clean).await?;
+        let seq = self.raise_and_wait(addr, FenceReason::Clean, true).await?;
         let result = async {
             if !was_up {
                 let generation = self.archive.wipe_token().await?;
@@ -575,9 +575,18 @@ impl NodeCleaner {
 
     /// Raises the fence on a node and waits until every live replica has
     /// closed its gate to it.
-    async fn raise_and_wait(&self, addr: &str, reason: FenceReason) -> Result<u64, CleanError> {
+    /// `token_first`: the node gets the clean's token before any mapping
+    /// changes, so a fencing node refuses what a silent replica sends
+    /// afterwards and the wait may be short. A failover (nothing reaches
+    /// the node) and a wipe (it unmaps first) wait for every replica.
+    async fn raise_and_wait(
+        &self,
+        addr: &str,
+        reason: FenceReason,
+        token_first: bool,
+    ) -> Result<u64, CleanError> {
         let started = std::time::Instant::now();
-        let raised = self.raise_and_wait_acks(addr, reason).await;
+        let raised = self.raise_and_wait_acks(addr, reason, token_first).await;
         let outcome = if raised.is_ok() { "acked" } else { "failed" };
         metrics::histogram!("nodes_control_fence_wait_seconds", "outcome" => outcome)
             .record(started.elapsed().as_secs_f64());
@@ -588,6 +597,7 @@ impl NodeCleaner {
         &self,
         addr: &str,
         reason: FenceReason,
+        token_first: bool,
     ) -> Result<u64, CleanError> {
         let seq = self
             .store
@@ -599,7 +609,7 @@ impl NodeCleaner {
         // sends it from before this clean, so the replicas that send epochs
         // are waited for only while they answer promptly (design.md,
         // "Fencing at the node"): a paused one stalls nobody.
-        let fencing = self.table.get(addr).is_some_and(|e| e.fences());
+        let fencing = token_first && self.table.get(addr).is_some_and(|e| e.fences());
         loop {
             // Armed before the check, so an ack arriving meanwhile wakes us.
             let event = self.events.notified();

@@ -432,7 +432,7 @@ impl NodeTable {
     /// Records that a clean of `node` just ended.
     pub fn cleaned(&self, node: &NodeEntry) {
         let epoch = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
-        node.cleaned_at.store(epoch, Ordering::Release);
+        node.cleaned_at.fetch_max(epoch, Ordering::SeqCst);
     }
 
     /// Records that every node may have been cleaned just now (this

@@ -74,7 +74,10 @@ async fn a_press_refused_after_a_clean_the_registry_did_not_record_is_answered()
         .await
         .unwrap();
     assert_eq!(cleaned.status(), 200);
-    store.apply_clean(&addr, &[s.clone()], &[]).await.unwrap();
+    store
+        .apply_clean(&addr, std::slice::from_ref(&s), &[])
+        .await
+        .unwrap();
     archive.complete_token(token).await.unwrap();
     store.lower_fence(&addr, seq).await.unwrap();
     assert!(store.node_epoch(&addr).await.unwrap() < token as u64);

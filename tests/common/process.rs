@@ -44,17 +44,24 @@ pub struct NodeProcess {
     pub port: u16,
     pub address: String,
     database_url: String,
+    flags: Vec<String>,
     child: Option<Child>,
 }
 
 impl NodeProcess {
     pub fn start(name: &str, database_url: &str) -> Self {
+        Self::start_with(name, database_url, &[])
+    }
+
+    /// With more flags (`--clean-all`).
+    pub fn start_with(name: &str, database_url: &str, flags: &[&str]) -> Self {
         let port = free_port();
         let mut node = Self {
             name: name.to_owned(),
             port,
             address: format!("http://127.0.0.1:{port}"),
             database_url: database_url.to_owned(),
+            flags: flags.iter().map(|f| f.to_string()).collect(),
             child: None,
         };
         node.spawn();
@@ -67,6 +74,7 @@ impl NodeProcess {
             .args(["--name", &self.name, "--database-url", &self.database_url])
             .args(["--min-delay-ms", "0", "--max-delay-ms", "0"])
             .args(["--archive-timeout-ms", "1000"])
+            .args(&self.flags)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -237,6 +245,19 @@ impl BalancerProcess {
         panic!("the balancer did not become ready");
     }
 
+    /// SIGSTOP: the replica stops dead (no heartbeat, no ack, presses
+    /// held where they are), its sockets open.
+    #[allow(dead_code)] // the fault suite's
+    pub fn pause(&self) {
+        signal(self.child.id(), "STOP");
+    }
+
+    /// SIGCONT: it goes on from where it stopped.
+    #[allow(dead_code)] // the fault suite's
+    pub fn resume(&self) {
+        signal(self.child.id(), "CONT");
+    }
+
     pub async fn metrics(&self) -> String {
         let response = self
             .http
@@ -281,6 +302,9 @@ impl BalancerProcess {
 
 impl Drop for BalancerProcess {
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
