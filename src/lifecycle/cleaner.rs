@@ -299,6 +299,14 @@ impl NodeCleaner {
         leaving: Vec<String>,
         selective: bool,
     ) -> Result<CleanReport, CleanError> {
+        // A clean left unsettled (its journal and fence stay up) is
+        // finished by the sweep first: a new fence or journal over it
+        // would orphan what the node archived under its token.
+        if self.store.journal(addr).await?.is_some() {
+            return Err(CleanError::Busy {
+                node: addr.to_owned(),
+            });
+        }
         let seq = self.raise_and_wait(addr, FenceReason::Clean, true).await?;
         let result = self.clean_under_fence(addr, seq, leaving, selective).await;
         self.lower_unless_journaled(addr, seq);
