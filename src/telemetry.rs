@@ -88,6 +88,10 @@ fn describe() {
             "nodes_control_registry_rebuilds_total",
             "Rebuilds of the registry after Redis lost its data.",
         ),
+        (
+            "nodes_control_presses_refused_total",
+            "Presses a fencing node refused, uncounted, as read before its last clean (read again and sent anew).",
+        ),
     ];
     for (name, help) in counters {
         describe_counter!(*name, Unit::Count, *help);
