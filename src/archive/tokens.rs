@@ -44,11 +44,13 @@ impl Archive {
     /// may be folded.
     pub async fn revoke_token(&self, generation: i64) -> ArchiveResult<()> {
         self.run("revoking a clean token in Postgres", async {
-            sqlx::query("UPDATE clean_tokens SET revoked = true WHERE generation = $1")
-                .bind(generation)
-                .execute(self.pool())
-                .await
-                .map(drop)
+            sqlx::query(
+                "UPDATE clean_tokens SET revoked = true WHERE generation = $1 AND NOT completed",
+            )
+            .bind(generation)
+            .execute(self.pool())
+            .await
+            .map(drop)
         })
         .await
     }

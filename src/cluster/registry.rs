@@ -151,9 +151,44 @@ impl NodeRegistry {
             }
             Ok(StateChange::Unexpected | StateChange::LastUp) => {}
             Err(error) => {
-                warn!(node = %entry.address, %error, "could not record the node down in Redis")
+                warn!(node = %entry.address, %error, "could not record the node down in Redis; this replica keeps it down and retries");
+                self.record_down_later(entry, actor, reason);
             }
         }
+    }
+
+    /// Redis refused a mark-down: the node stays down in this view (the
+    /// refresh would otherwise bring it back up from the registry's stale
+    /// word, and the next press go to a node that may have counted the
+    /// last), and the mark is written once Redis answers. Then the sweep or
+    /// the next press fails it over as any node marked down.
+    fn record_down_later(&self, entry: &NodeEntry, actor: Actor, reason: &str) {
+        entry.hold_down(true);
+        let (this, address, reason) = (self.clone(), entry.address.clone(), reason.to_owned());
+        crate::lifecycle::detached::spawn_tracked(async move {
+            let mut pause = std::time::Duration::from_millis(50);
+            loop {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(1));
+                let Some(entry) = this.cleaner.table().get(&address) else {
+                    return; // removed meanwhile
+                };
+                let change = this
+                    .store
+                    .set_node_state(
+                        &address,
+                        NodeState::Down,
+                        &[NodeState::Up, NodeState::Draining],
+                    )
+                    .await
+                    .map(|before| before.map_or(StateChange::Unexpected, StateChange::Changed));
+                if change.is_ok() {
+                    entry.hold_down(false);
+                    Box::pin(this.recorded_down(&entry, actor, &reason, change)).await;
+                    return;
+                }
+            }
+        });
     }
 
     /// Moves the sessions of a node declared down off it, under its fence.

@@ -251,6 +251,13 @@ fn rebuilding() -> ApiError {
 }
 
 fn redis_unavailable(source: &StoreError) -> ApiError {
+    if source.is_lock_lost() {
+        tracing::warn!(error = %source, "operation stopped: it lost its node lock");
+        return ApiError::unavailable(
+            "operation_interrupted",
+            "the operation paused past its hold on the node and another took it over; try again",
+        );
+    }
     tracing::error!(error = %source, cause = %source.source, "Redis unavailable");
     ApiError::unavailable(
         "redis_unavailable",

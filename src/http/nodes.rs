@@ -100,7 +100,7 @@ impl NodeAnswer {
         (status = 409, description = "`conflict` (another command on the node is running), `node_alias` (the node is registered under another address), `node_down` (drain of a node that is down)", body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`", body = ErrorBody),
-        (status = 503, description = "`redis_unavailable`, `archive_unavailable`, `clean_failed`, `registry_rebuilding`, `admin_failed`", body = ErrorBody),
+        (status = 503, description = "`redis_unavailable`, `archive_unavailable`, `clean_failed`, `registry_rebuilding`, `operation_interrupted`, `admin_failed`", body = ErrorBody),
         (status = 504, description = "`request_timeout`", body = ErrorBody),
     )
 )]

@@ -172,7 +172,7 @@ impl NodeCleaner {
             let expired = leaving.len();
             let report = match this.store.get_node(addr).await?.map(|n| n.state) {
                 Some(NodeState::Up | NodeState::Draining) => {
-                    this.fenced_clean(addr, leaving, true).await?
+                    this.fenced_clean(&lock, leaving, true).await?
                 }
                 // Failed: its sessions leave under its fence, after its
                 // archive writes are revoked; their last archive stands.
@@ -182,7 +182,10 @@ impl NodeCleaner {
                 },
                 // Gone: nobody can press it any more.
                 None => CleanReport {
-                    unmapped: this.store.apply_clean(addr, &leaving, &[]).await?,
+                    unmapped: this
+                        .store
+                        .apply_clean(lock.lock(), addr, &leaving, &[])
+                        .await?,
                     ..CleanReport::default()
                 },
             };
@@ -208,7 +211,7 @@ impl NodeCleaner {
             }
         } else {
             let leaving = self.store.node_sessions(addr).await?;
-            match self.fenced_clean(addr, leaving, false).await {
+            match self.fenced_clean(lock, leaving, false).await {
                 Err(CleanError::Node { source, .. }) if source.is_unreachable() => {
                     // The node failed and was failed over under the fence.
                     warn!(node = %addr, error = %source, "node did not archive on removal; its clicks since the last archive are lost");
@@ -227,12 +230,16 @@ impl NodeCleaner {
     /// restore from the archive) and wipe it with `/clean archive=false`.
     pub async fn wipe(&self, lock: &NodeLock) -> Result<Wiped, CleanError> {
         let addr = lock.node();
-        let seq = self.raise_and_wait(addr, FenceReason::Clean, false).await?;
+        let seq = self.raise_and_wait(lock, FenceReason::Clean, false).await?;
         let result = async {
-            self.archive.fence_failed_node(addr).await?;
-            let dropped = self.store.unmap_node(addr).await?;
             // The wipe archives nothing: its token only fences the node.
+            // Taken before anything moves, so a wipe that arrives late (its
+            // cleaner paused past the lock) forgets nothing placed after a
+            // later operation, whose token is newer.
             let token = self.archive.wipe_token().await?;
+            self.archive.fence_failed_node(addr).await?;
+            let dropped = self.store.unmap_node(lock.lock(), addr).await?;
+            lock.lock().check()?;
             let selective = self
                 .client
                 .wipe(addr, Some(token))
@@ -275,16 +282,17 @@ impl NodeCleaner {
             self.archive.fence_failed_node(addr).await?;
             return Ok(0);
         }
-        let seq = self.raise_and_wait(addr, FenceReason::Down, false).await?;
-        let result = self.move_sessions_off(addr).await;
+        let seq = self.raise_and_wait(lock, FenceReason::Down, false).await?;
+        let result = self.move_sessions_off(lock).await;
         self.lower(addr, seq).await;
         result
     }
 
     /// Under the fence: revoke the node's tokens, then unmap its sessions.
-    async fn move_sessions_off(&self, addr: &str) -> Result<usize, CleanError> {
+    async fn move_sessions_off(&self, lock: &NodeLock) -> Result<usize, CleanError> {
+        let addr = lock.node();
         let revoked = self.archive.fence_failed_node(addr).await?;
-        let moved = self.store.unmap_node(addr).await?.len();
+        let moved = self.store.unmap_node(lock.lock(), addr).await?.len();
         warn!(node = %addr, sessions = moved, tokens_revoked = revoked, "failed node's sessions moved off it");
         metrics::counter!("nodes_control_sessions_failed_over_total").increment(moved as u64);
         Ok(moved)
@@ -295,10 +303,11 @@ impl NodeCleaner {
     /// anyway). `leaving` are unmapped afterwards.
     async fn fenced_clean(
         &self,
-        addr: &str,
+        lock: &NodeLock,
         leaving: Vec<String>,
         selective: bool,
     ) -> Result<CleanReport, CleanError> {
+        let addr = lock.node();
         // A clean left unsettled (its journal and fence stay up) is
         // finished by the sweep first: a new fence or journal over it
         // would orphan what the node archived under its token.
@@ -307,8 +316,8 @@ impl NodeCleaner {
                 node: addr.to_owned(),
             });
         }
-        let seq = self.raise_and_wait(addr, FenceReason::Clean, true).await?;
-        let result = self.clean_under_fence(addr, seq, leaving, selective).await;
+        let seq = self.raise_and_wait(lock, FenceReason::Clean, true).await?;
+        let result = self.clean_under_fence(lock, seq, leaving, selective).await;
         self.lower_unless_journaled(addr, seq);
         result
     }
@@ -338,16 +347,17 @@ impl NodeCleaner {
 
     async fn clean_under_fence(
         &self,
-        addr: &str,
+        lock: &NodeLock,
         seq: u64,
         leaving: Vec<String>,
         selective: bool,
     ) -> Result<CleanReport, CleanError> {
+        let addr = lock.node();
         // The node may have failed while we waited for the acks: a failed
         // node is never asked to archive (its counts are stale).
         if self.store.get_node(addr).await?.map(|n| n.state) == Some(NodeState::Down) {
             return Ok(CleanReport {
-                unmapped: self.move_sessions_off(addr).await?,
+                unmapped: self.move_sessions_off(lock).await?,
                 ..CleanReport::default()
             });
         }
@@ -358,11 +368,17 @@ impl NodeCleaner {
             leaving,
             selective,
         };
-        self.store.put_journal(addr, &journal).await?;
+        if !self.store.put_journal(lock.lock(), addr, &journal).await? {
+            self.archive.revoke_token(generation).await?;
+            return Err(CleanError::Busy {
+                node: addr.to_owned(),
+            });
+        }
+        lock.lock().check()?;
         let only = selective.then_some(journal.leaving.as_slice());
         let outcome = match self.client.clean(addr, true, only, Some(generation)).await {
             Ok(outcome) => outcome,
-            Err(source) => return Err(self.clean_failed(addr, generation, source).await),
+            Err(source) => return Err(self.clean_failed(lock, &journal, source).await),
         };
         // From here on the node has forgotten sessions. If Postgres or
         // Redis fails before the clean is settled, the journal stays and
@@ -371,22 +387,24 @@ impl NodeCleaner {
         // unmapped before its token is recorded completed (a token left
         // neither completed nor revoked would be revoked by a later
         // failover, and what the node archived with it lost).
-        self.settle(addr, &journal, generation, outcome).await
+        self.settle(lock, &journal, generation, outcome).await
     }
 
     /// The end of a clean the node did: fold and apply it, record its
     /// token as the node's fencing epoch (before the fence comes down, so
-    /// presses read after it carry the epoch), delete the journal.
+    /// presses read after it carry the epoch) and delete the journal.
     async fn settle(
         &self,
-        addr: &str,
+        lock: &NodeLock,
         journal: &Journal,
         generation: i64,
         outcome: CleanOutcome,
     ) -> Result<CleanReport, CleanError> {
-        let report = self.fold_and_apply(addr, journal, outcome).await?;
-        self.store.set_node_epoch(addr, generation as u64).await?;
-        self.store.delete_journal(addr).await?;
+        let addr = lock.node();
+        let report = self.fold_and_apply(lock, journal, outcome).await?;
+        self.store
+            .end_journal(lock.lock(), addr, journal.seq, Some(generation as u64))
+            .await?;
         info!(node = %addr, unmapped = report.unmapped, rebased = report.rebased, generation, "node cleaned");
         Ok(report)
     }
@@ -395,10 +413,30 @@ impl NodeCleaner {
     /// node wrote with it is never folded). A node that did not answer at
     /// all failed: it is declared down and its sessions move off it now,
     /// under the fence this clean holds. A node that answered an error
-    /// forgot nothing and keeps its sessions.
-    async fn clean_failed(&self, addr: &str, generation: i64, source: NodeCallError) -> CleanError {
-        if let Err(error) = self.store.delete_journal(addr).await {
-            warn!(node = %addr, %error, "could not delete the clean journal");
+    /// forgot nothing and keeps its sessions. An operation that lost the
+    /// node's lock meanwhile stops without either: the journal is another's
+    /// to finish now.
+    async fn clean_failed(
+        &self,
+        lock: &NodeLock,
+        journal: &Journal,
+        source: NodeCallError,
+    ) -> CleanError {
+        let addr = lock.node();
+        let Some(generation) = journal.generation else {
+            return CleanError::Node {
+                node: addr.to_owned(),
+                source,
+            };
+        };
+        match self
+            .store
+            .end_journal(lock.lock(), addr, journal.seq, None)
+            .await
+        {
+            Err(error) if error.is_lock_lost() => return error.into(),
+            Err(error) => warn!(node = %addr, %error, "could not delete the clean journal"),
+            Ok(()) => {}
         }
         if let Err(error) = self.archive.revoke_token(generation).await {
             warn!(node = %addr, %error, generation, "could not revoke a failed clean's token");
@@ -425,7 +463,7 @@ impl NodeCleaner {
                     .reason(reason),
             );
             metrics::counter!("nodes_control_nodes_marked_down_total").increment(1);
-            if let Err(error) = self.move_sessions_off(addr).await {
+            if let Err(error) = self.move_sessions_off(lock).await {
                 return error;
             }
         }
@@ -446,13 +484,17 @@ impl NodeCleaner {
     /// will archive them again from zero.
     async fn fold_and_apply(
         &self,
-        addr: &str,
+        lock: &NodeLock,
         journal: &Journal,
         outcome: CleanOutcome,
     ) -> Result<CleanReport, CleanError> {
+        let addr = lock.node();
         if let (CleanOutcome::Only(_), Some(generation)) = (&outcome, journal.generation) {
             self.archive.complete_token(generation).await?;
-            let unmapped = self.store.apply_clean(addr, &journal.leaving, &[]).await?;
+            let unmapped = self
+                .store
+                .apply_clean(lock.lock(), addr, &journal.leaving, &[])
+                .await?;
             return Ok(CleanReport {
                 unmapped,
                 archived: true,
@@ -477,7 +519,7 @@ impl NodeCleaner {
         };
         let unmapped = self
             .store
-            .apply_clean(addr, &journal.leaving, &rebased)
+            .apply_clean(lock.lock(), addr, &journal.leaving, &rebased)
             .await?;
         Ok(CleanReport {
             unmapped,
@@ -508,13 +550,28 @@ impl NodeCleaner {
                 this.store.lower_fence(&addr, seq).await?;
                 return Ok(false);
             };
+            let state = this.store.get_node(&addr).await?.map(|n| n.state);
             let report = match journal.generation {
+                // Failed (or gone) since: it is never asked to archive, and
+                // what it wrote under the token is revoked with its others.
+                _ if state != Some(NodeState::Up) && state != Some(NodeState::Draining) => {
+                    let unmapped = match state {
+                        Some(_) => this.move_sessions_off(&lock).await?,
+                        None => 0,
+                    };
+                    this.store.end_journal(lock.lock(), &addr, journal.seq, None).await?;
+                    CleanReport {
+                        unmapped,
+                        ..CleanReport::default()
+                    }
+                }
                 Some(generation) => {
+                    lock.lock().check()?;
                     let only = journal.selective.then_some(journal.leaving.as_slice());
                     match this.client.clean(&addr, true, only, Some(generation)).await {
-                        Ok(outcome) => this.settle(&addr, &journal, generation, outcome).await?,
+                        Ok(outcome) => this.settle(&lock, &journal, generation, outcome).await?,
                         Err(source) if source.is_unreachable() => {
-                            let error = this.clean_failed(&addr, generation, source).await;
+                            let error = this.clean_failed(&lock, &journal, source).await;
                             this.store.lower_fence(&addr, journal.seq).await?;
                             return Err(error);
                         }
@@ -527,8 +584,8 @@ impl NodeCleaner {
                     }
                 }
                 None => {
-                    let report = this.fold_and_apply(&addr, &journal, CleanOutcome::All).await?;
-                    this.store.delete_journal(&addr).await?;
+                    let report = this.fold_and_apply(&lock, &journal, CleanOutcome::All).await?;
+                    this.store.end_journal(lock.lock(), &addr, journal.seq, None).await?;
                     report
                 }
             };
@@ -553,8 +610,9 @@ impl NodeCleaner {
         was_up: bool,
     ) -> Result<(bool, u64), CleanError> {
         let addr = lock.node();
-        let seq = self.raise_and_wait(addr, FenceReason::Clean, true).await?;
+        let seq = self.raise_and_wait(lock, FenceReason::Clean, true).await?;
         let result = async {
+            lock.lock().check()?;
             if !was_up {
                 let generation = self.archive.wipe_token().await?;
                 self.archive.fence_failed_node(addr).await?;
@@ -589,12 +647,12 @@ impl NodeCleaner {
     /// the node) and a wipe (it unmaps first) wait for every replica.
     async fn raise_and_wait(
         &self,
-        addr: &str,
+        lock: &NodeLock,
         reason: FenceReason,
         token_first: bool,
     ) -> Result<u64, CleanError> {
         let started = std::time::Instant::now();
-        let raised = self.raise_and_wait_acks(addr, reason, token_first).await;
+        let raised = self.raise_and_wait_acks(lock, reason, token_first).await;
         let outcome = if raised.is_ok() { "acked" } else { "failed" };
         metrics::histogram!("nodes_control_fence_wait_seconds", "outcome" => outcome)
             .record(started.elapsed().as_secs_f64());
@@ -603,13 +661,19 @@ impl NodeCleaner {
 
     async fn raise_and_wait_acks(
         &self,
-        addr: &str,
+        lock: &NodeLock,
         reason: FenceReason,
         token_first: bool,
     ) -> Result<u64, CleanError> {
+        let addr = lock.node();
         let seq = self
             .store
-            .raise_fence(addr, Duration::from_millis(LOCK_TTL_MS), reason)
+            .raise_fence(
+                lock.lock(),
+                addr,
+                Duration::from_millis(LOCK_TTL_MS),
+                reason,
+            )
             .await?;
         let started = tokio::time::Instant::now();
         let deadline = started + self.ack_timeout;

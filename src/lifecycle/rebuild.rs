@@ -76,7 +76,8 @@ impl Rebuilder {
                 let busy = || CleanError::Busy {
                     node: "registry".into(),
                 };
-                match with_lock(&store, "registry", Duration::ZERO, busy, this.rebuild()).await {
+                match with_lock(&store, "registry", Duration::ZERO, busy, |_| this.rebuild()).await
+                {
                     Err(CleanError::Busy { .. }) => Ok(Registry::Rebuilding),
                     other => other,
                 }

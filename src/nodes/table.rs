@@ -36,6 +36,11 @@ pub struct NodeEntry {
     /// Whether the node refuses presses under an older fencing epoch (it
     /// offers `fencing`): presses then carry [`fence_epoch`](Self::fence_epoch).
     fencing: std::sync::atomic::AtomicBool,
+    /// Declared down here while Redis refused the mark: the view keeps it
+    /// down, whatever the registry still says, until the mark is written
+    /// ([`Self::hold_down`]); a node that failed a press it may have
+    /// counted is never pressed again on the registry's stale word.
+    down_unrecorded: std::sync::atomic::AtomicBool,
     /// The newest clean token of the node this replica has learned from
     /// the registry: the fencing epoch its presses carry. Learned only
     /// through [`NodeTable::learn_epoch`], which orders it with the clean
@@ -119,6 +124,7 @@ impl NodeEntry {
             membership: membership.clone(),
             cleaned_at: AtomicU64::new(0),
             fencing: std::sync::atomic::AtomicBool::new(record.offers.fencing),
+            down_unrecorded: std::sync::atomic::AtomicBool::new(false),
             fence_epoch: AtomicU64::new(record.epoch),
             gate: Arc::new(AsyncRwLock::new(())),
             down: tokio::sync::Notify::new(),
@@ -202,6 +208,23 @@ impl NodeEntry {
                 self.down.notify_waiters();
             }
         }
+    }
+
+    /// Keeps the node down in this view (`true`) until its mark is in the
+    /// registry (`false`).
+    pub fn hold_down(&self, held: bool) {
+        self.down_unrecorded.store(held, Ordering::Release);
+        if held {
+            self.set_state(NodeState::Down);
+        }
+    }
+
+    /// The registry's state for the node, unless this view holds it down.
+    fn follow_state(&self, state: NodeState) {
+        if state != NodeState::Down && self.down_unrecorded.load(Ordering::Acquire) {
+            return;
+        }
+        self.set_state(state);
     }
 
     /// Resolves when the node is declared down after this call. Create it
@@ -510,7 +533,7 @@ impl NodeTable {
     fn apply(&self, entries: &mut HashMap<String, Arc<NodeEntry>>, record: &NodeRecord) {
         match entries.get(&record.address) {
             Some(entry) => {
-                entry.set_state(record.state);
+                entry.follow_state(record.state);
                 entry.set_weight(record.weight);
                 entry
                     .fencing

@@ -396,6 +396,9 @@ impl SessionService {
             tokio::time::sleep(REFUSED_RETRY).await;
             return Ok(());
         }
+        // The node knows a newer clean than Redis does: an earlier release's,
+        // or Redis lost what was recorded. The latter is rebuilt, not learned.
+        self.store.confirm_identity().await?;
         self.store.set_node_epoch(&entry.address, fence).await?;
         self.table().learn_epoch(entry, fence);
         Ok(())

@@ -15,7 +15,8 @@
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 
-use super::{Context, SessionStore, StoreResult};
+use super::lock::Lock;
+use super::{Context, SessionStore, StoreResult, GUARD};
 
 /// A raised fence as the `fences` hash holds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,22 +72,28 @@ const REDIS_NOW: &str = "local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)";
 
 impl SessionStore {
-    /// Raises a fence on a node; returns its sequence number. The fence is
-    /// stale `ttl` after now on Redis's clock (see [`REDIS_NOW`]).
+    /// Raises a fence on a node, under its lock; returns its sequence
+    /// number. The fence is stale `ttl` after now on Redis's clock (see
+    /// [`REDIS_NOW`]).
     pub async fn raise_fence(
         &self,
+        lock: &Lock,
         address: &str,
         ttl: std::time::Duration,
         reason: FenceReason,
     ) -> StoreResult<u64> {
+        let (lock_key, token) = lock.key_and_token(self);
         let seq: u64 = redis::Script::new(&format!(
-            "{REDIS_NOW}
-             local seq = redis.call('INCR', KEYS[1])
-             redis.call('HSET', KEYS[2], ARGV[1], seq .. ':' .. (now + tonumber(ARGV[2])) .. ':' .. ARGV[3])
+            "{GUARD}
+             {REDIS_NOW}
+             local seq = redis.call('INCR', KEYS[2])
+             redis.call('HSET', KEYS[3], ARGV[2], seq .. ':' .. (now + tonumber(ARGV[3])) .. ':' .. ARGV[4])
              return seq"
         ))
+        .key(lock_key)
         .key(self.key(&["fence_seq"]))
         .key(self.key(&["fences"]))
+        .arg(token)
         .arg(address)
         .arg(ttl.as_millis().min(i64::MAX as u128 / 2) as i64)
         .arg(reason.as_str())
@@ -97,16 +104,31 @@ impl SessionStore {
         Ok(seq)
     }
 
-    /// Lowers a fence if it is still the one raised with `seq`.
+    /// Lowers a fence if it is still the one raised with `seq`, unless a
+    /// journal waits on the node: a fence never comes down over a clean the
+    /// node may have done and nobody settled. Then the fence stays, stale
+    /// at once if it is not the journal's own (a failover raised over it),
+    /// so the next sweep finishes the journal
+    /// ([`NodeCleaner::finish_stale`](crate::lifecycle::NodeCleaner::finish_stale)).
     pub async fn lower_fence(&self, address: &str, seq: u64) -> StoreResult<()> {
         redis::Script::new(
             "local v = redis.call('HGET', KEYS[1], ARGV[1])
-             if v and string.match(v, '^(%d+):') == ARGV[2] then redis.call('HDEL', KEYS[1], ARGV[1]) end
+             if v and string.match(v, '^(%d+):') == ARGV[2] then
+               local journal = redis.call('GET', KEYS[3])
+               if not journal then
+                 redis.call('HDEL', KEYS[1], ARGV[1])
+               else
+                 local ok, decoded = pcall(cjson.decode, journal)
+                 local of = ok and tostring(decoded.seq) or ARGV[2]
+                 if of ~= ARGV[2] then redis.call('HSET', KEYS[1], ARGV[1], of .. ':0:clean') end
+               end
+             end
              redis.call('DEL', KEYS[2])
              return 0",
         )
         .key(self.key(&["fences"]))
         .key(self.key(&["fence_acks", address, &seq.to_string()]))
+        .key(self.key(&["journal", address]))
         .arg(address)
         .arg(seq.to_string())
         .invoke_async::<i64>(&mut self.conn())
@@ -266,12 +288,28 @@ impl SessionStore {
         .context("listing live replicas in Redis")
     }
 
-    pub async fn put_journal(&self, address: &str, journal: &Journal) -> StoreResult<()> {
+    /// Writes the journal of a clean about to start, under the node's
+    /// lock; false if one is there already (it must be finished first).
+    pub async fn put_journal(
+        &self,
+        lock: &Lock,
+        address: &str,
+        journal: &Journal,
+    ) -> StoreResult<bool> {
+        let (lock_key, token) = lock.key_and_token(self);
         let value = serde_json::to_string(journal).unwrap_or_default();
-        self.conn()
-            .set::<_, _, ()>(self.key(&["journal", address]), value)
-            .await
-            .context("writing a clean journal to Redis")
+        let written: i64 = redis::Script::new(&format!(
+            "{GUARD}
+             return redis.call('SET', KEYS[2], ARGV[2], 'NX') and 1 or 0"
+        ))
+        .key(lock_key)
+        .key(self.key(&["journal", address]))
+        .arg(token)
+        .arg(value)
+        .invoke_async(&mut self.conn())
+        .await
+        .context("writing a clean journal to Redis")?;
+        Ok(written == 1)
     }
 
     pub async fn journal(&self, address: &str) -> StoreResult<Option<Journal>> {
@@ -283,10 +321,41 @@ impl SessionStore {
         Ok(value.and_then(|v| serde_json::from_str(&v).ok()))
     }
 
-    pub async fn delete_journal(&self, address: &str) -> StoreResult<()> {
-        self.conn()
-            .del::<_, ()>(self.key(&["journal", address]))
-            .await
-            .context("deleting a clean journal from Redis")
+    /// Ends the clean of journal `seq`, under the node's lock: records
+    /// `epoch` (its token, when the node did it) as the node's fencing
+    /// epoch and deletes the journal, in one script, so neither lands
+    /// without the other, and neither after another operation took the
+    /// node over. A journal of another clean is left alone.
+    pub async fn end_journal(
+        &self,
+        lock: &Lock,
+        address: &str,
+        seq: u64,
+        epoch: Option<u64>,
+    ) -> StoreResult<()> {
+        let (lock_key, token) = lock.key_and_token(self);
+        redis::Script::new(&format!(
+            "{GUARD}
+             if ARGV[3] ~= '' and redis.call('EXISTS', KEYS[3]) == 1 and
+                (tonumber(redis.call('HGET', KEYS[3], 'epoch')) or 0) < tonumber(ARGV[3]) then
+               redis.call('HSET', KEYS[3], 'epoch', ARGV[3])
+             end
+             local journal = redis.call('GET', KEYS[2])
+             if journal then
+               local ok, decoded = pcall(cjson.decode, journal)
+               if not ok or tostring(decoded.seq) == ARGV[2] then redis.call('DEL', KEYS[2]) end
+             end
+             return 0"
+        ))
+        .key(lock_key)
+        .key(self.key(&["journal", address]))
+        .key(self.key(&["node", address]))
+        .arg(token)
+        .arg(seq)
+        .arg(epoch.map_or_else(String::new, |e| e.to_string()))
+        .invoke_async::<i64>(&mut self.conn())
+        .await
+        .context("ending a clean journal in Redis")?;
+        Ok(())
     }
 }

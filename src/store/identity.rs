@@ -23,18 +23,30 @@
 //! groups' epochs (the README's known limits).
 
 use redis::AsyncCommands;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Context, SessionStore, StoreError, StoreResult};
 
-/// Whether calls since the identity was last checked all kept their
-/// connection. Shared by the store's connection, which clears it.
+/// Whether every call since the identity was last checked kept its
+/// connection: calls that lost theirs are counted, and a check vouches
+/// only for the losses counted before it began. A loss during the check
+/// (the server may have changed after it answered `INFO`) leaves the
+/// identity unverified for the next call. Shared by the store's
+/// connection, which counts.
 #[derive(Debug)]
-pub struct Verified(AtomicBool);
+pub struct Verified {
+    losses: AtomicU64,
+    /// The losses the last check that found the same Redis vouches for;
+    /// `u64::MAX` before any check.
+    vouched: AtomicU64,
+}
 
 impl Default for Verified {
     fn default() -> Self {
-        Self(AtomicBool::new(false))
+        Self {
+            losses: AtomicU64::new(0),
+            vouched: AtomicU64::new(u64::MAX),
+        }
     }
 }
 
@@ -42,15 +54,20 @@ impl Verified {
     /// A call lost its connection: the server that answers next may be
     /// another one.
     pub fn lost(&self) {
-        self.0.store(false, Ordering::Release);
+        self.losses.fetch_add(1, Ordering::AcqRel);
     }
 
     fn is_set(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        self.vouched.load(Ordering::Acquire) == self.losses.load(Ordering::Acquire)
     }
 
-    fn set(&self) {
-        self.0.store(true, Ordering::Release);
+    /// Where a check begins: the losses it will vouch for.
+    fn begin(&self) -> u64 {
+        self.losses.load(Ordering::Acquire)
+    }
+
+    fn set(&self, begun: u64) {
+        self.vouched.store(begun, Ordering::Release);
     }
 }
 
@@ -89,6 +106,7 @@ impl SessionStore {
         if self.cluster {
             return Ok(Identity::Same);
         }
+        let begun = self.verified.begin();
         let run_id = self.run_id().await?;
         let (kept, registry): (Option<String>, bool) = redis::pipe()
             .get(self.key(&["identity"]))
@@ -106,7 +124,7 @@ impl SessionStore {
             None => Identity::Unknown,
         };
         if found != Identity::Changed {
-            self.verified.set();
+            self.verified.set(begun);
         }
         Ok(found)
     }
@@ -130,6 +148,13 @@ impl SessionStore {
         if self.verified.is_set() {
             return Ok(());
         }
+        self.confirm_identity().await
+    }
+
+    /// Checks the identity now, whatever the calls since: before trusting
+    /// a node's word over what Redis holds (a node that refuses an epoch
+    /// newer than any Redis recorded may be talking to a rolled-back Redis).
+    pub async fn confirm_identity(&self) -> StoreResult<()> {
         match self.identity().await? {
             Identity::Changed => Err(StoreError {
                 context: "Redis restarted or failed over and may hold older data; the registry is being rebuilt",

@@ -7,6 +7,8 @@
 //! client that hangs up cannot cancel it halfway and leave the lock held.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::task::AbortOnDropHandle;
@@ -21,20 +23,54 @@ pub const LOCK_TTL_MS: u64 = 10_000;
 /// How often a live holder renews its lock.
 const RENEW_EVERY: Duration = Duration::from_millis(LOCK_TTL_MS / 3);
 
+/// A lock held: its name, the token that proves it ours in Redis, and
+/// whether its renewal found it gone (its holder paused past its TTL and
+/// another operation may have taken it). Every write of a node operation
+/// that must not land after such a takeover is conditioned on the token
+/// in the same script ([`SessionStore::guarded`]); work outside Redis asks
+/// [`Self::check`] first.
+#[derive(Debug, Clone)]
+pub struct Lock {
+    name: String,
+    token: String,
+    lost: Arc<AtomicBool>,
+}
+
+impl Lock {
+    /// The lock's key and token, for a script that checks them.
+    pub(super) fn key_and_token(&self, store: &SessionStore) -> (String, String) {
+        (store.key(&["lock", &self.name]), self.token.clone())
+    }
+
+    /// Fails once the renewal found the lock gone.
+    pub fn check(&self) -> Result<(), StoreError> {
+        match self.lost.load(Ordering::Acquire) {
+            true => Err(StoreError::lock_lost()),
+            false => Ok(()),
+        }
+    }
+}
+
 /// Proof that its holder works under a node's lock: made only here, and
 /// handed to the work [`with_node_lock`] runs. A function that must run
 /// under the lock takes it as an argument (and the node from it), so the
 /// types say who holds the lock; the lock is not reentrant, so such a
-/// function never takes it again.
+/// function never takes it again. Its [`Lock`] conditions the operation's
+/// writes on the lock still being this holder's.
 #[derive(Debug)]
 pub struct NodeLock {
     node: String,
+    lock: Lock,
 }
 
 impl NodeLock {
     /// The node this lock is held on.
     pub fn node(&self) -> &str {
         &self.node
+    }
+
+    pub fn lock(&self) -> &Lock {
+        &self.lock
     }
 }
 
@@ -51,22 +87,21 @@ where
     E: From<StoreError>,
     Fut: Future<Output = Result<T, E>>,
 {
-    // A future does nothing until polled: `work` runs only once the lock
-    // is ours.
-    let work = op(NodeLock {
-        node: addr.to_owned(),
-    });
-    with_lock(store, &format!("node:{addr}"), wait, busy, work).await
+    let node = addr.to_owned();
+    with_lock(store, &format!("node:{addr}"), wait, busy, move |lock| {
+        op(NodeLock { node, lock })
+    })
+    .await
 }
 
 /// Runs `op` holding the lock `lock` (renewed meanwhile), waiting at most
 /// `wait` for it.
-pub async fn with_lock<T, E: From<StoreError>>(
+pub async fn with_lock<T, E: From<StoreError>, Fut: Future<Output = Result<T, E>>>(
     store: &SessionStore,
     lock: &str,
     wait: Duration,
     busy: impl FnOnce() -> E,
-    op: impl Future<Output = Result<T, E>>,
+    op: impl FnOnce(Lock) -> Fut,
 ) -> Result<T, E> {
     let lock = lock.to_owned();
     let deadline = tokio::time::Instant::now() + wait;
@@ -79,17 +114,19 @@ pub async fn with_lock<T, E: From<StoreError>>(
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
+    let lost = Arc::new(AtomicBool::new(false));
     // Stopped on drop, so an `op` that panics (or is cancelled) does not
     // leave the lock renewed for ever: it then frees within its TTL.
     let renewal = AbortOnDropHandle::new(tokio::spawn({
-        let (store, lock, token) = (store.clone(), lock.clone(), token.clone());
+        let (store, lock, token, lost) = (store.clone(), lock.clone(), token.clone(), lost.clone());
         async move {
             loop {
                 tokio::time::sleep(RENEW_EVERY).await;
                 match store.renew_lock(&lock, &token, LOCK_TTL_MS).await {
                     Ok(true) => {}
                     Ok(false) => {
-                        warn!(%lock, "lost a node lock while working under it");
+                        lost.store(true, Ordering::Release);
+                        warn!(%lock, "lost a node lock while working under it; the operation stops");
                         return;
                     }
                     Err(error) => warn!(%lock, %error, "could not renew a node lock"),
@@ -97,7 +134,12 @@ pub async fn with_lock<T, E: From<StoreError>>(
             }
         }
     }));
-    let result = op.await;
+    let held = Lock {
+        name: lock.clone(),
+        token: token.clone(),
+        lost,
+    };
+    let result = op(held).await;
     drop(renewal);
     if let Err(error) = store.unlock(&lock, &token).await {
         warn!(%lock, %error, "could not release the lock; retrying until Redis answers");

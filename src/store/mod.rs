@@ -72,6 +72,24 @@ pub struct StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// What a guarded write (or [`lock::Lock::check`]) reports when the
+/// operation's lock is no longer its holder's.
+const LOCK_LOST: &str = "the node's lock passed to another operation (this one paused past its lifetime); it stops here";
+
+impl StoreError {
+    pub fn lock_lost() -> Self {
+        Self {
+            context: LOCK_LOST,
+            source: redis::RedisError::from((redis::ErrorKind::Client, "LOCKLOST")),
+        }
+    }
+
+    /// The operation lost its lock: nothing it would write next may land.
+    pub fn is_lock_lost(&self) -> bool {
+        self.context == LOCK_LOST
+    }
+}
+
 /// Attaches what we were doing to a Redis error.
 pub(crate) trait Context<T> {
     fn context(self, context: &'static str) -> StoreResult<T>;
@@ -79,9 +97,20 @@ pub(crate) trait Context<T> {
 
 impl<T> Context<T> for redis::RedisResult<T> {
     fn context(self, context: &'static str) -> StoreResult<T> {
-        self.map_err(|source| StoreError { context, source })
+        self.map_err(|source| match source.code() {
+            // A guarded script found the lock another's ([`GUARD`]).
+            Some("LOCKLOST") => StoreError::lock_lost(),
+            _ => StoreError { context, source },
+        })
     }
 }
+
+/// Lua that stops a script unless KEYS[1] (a lock) still holds ARGV[1]
+/// (its holder's token): the writes after it land only while the
+/// operation that makes them holds its node (store/lock.rs).
+pub(crate) const GUARD: &str = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return redis.error_reply('LOCKLOST the node lock is held by another operation')
+end";
 
 /// Handle on the shared Redis state. Cheap to clone: the connection manager
 /// multiplexes one connection and reconnects by itself after an outage.

@@ -341,6 +341,19 @@ impl SessionStore {
         Ok(renewed == 1)
     }
 
+    /// Fails unless the lock under `key` holds `token`.
+    pub(super) async fn check_lock(&self, key: &str, token: &str) -> StoreResult<()> {
+        let held: Option<String> = self
+            .conn()
+            .get(key)
+            .await
+            .context("reading a node lock from Redis")?;
+        match held.as_deref() == Some(token) {
+            true => Ok(()),
+            false => Err(super::StoreError::lock_lost()),
+        }
+    }
+
     /// Releases a lock if it is still ours.
     pub async fn unlock(&self, name: &str, token: &str) -> StoreResult<()> {
         redis::Script::new(

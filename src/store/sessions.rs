@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use super::groups::{by_group, mapping_bucket};
+use super::lock::Lock;
 use super::{Context, SessionStore, StoreResult};
 
 /// Where a session lives and what its node's count must be offset by.
@@ -169,13 +170,14 @@ impl SessionStore {
         })
     }
 
-    /// Drops every session still mapped to `address`. Returns their ids.
-    pub async fn unmap_node(&self, address: &str) -> StoreResult<Vec<String>> {
+    /// Drops every session still mapped to `address`, under the node's
+    /// lock. Returns their ids.
+    pub async fn unmap_node(&self, lock: &Lock, address: &str) -> StoreResult<Vec<String>> {
         let Some(number) = self.node_number(address).await? else {
             return Ok(Vec::new());
         };
         let ids = self.node_sessions(address).await?;
-        let dropped = self.unmap_in_groups(number, &ids, &[]).await?;
+        let dropped = self.unmap_in_groups(lock, number, &ids, &[]).await?;
         self.set_counts(false, &[(address, 0)]).await?;
         Ok(dropped)
     }
@@ -217,11 +219,13 @@ impl SessionStore {
         Ok(placements)
     }
 
-    /// After a clean and fold: unmaps `leaving`, sets the new base of the
-    /// sessions in `rebased` that are still on the node. Returns how many
-    /// were unmapped. Repeating it changes nothing.
+    /// After a clean and fold, under the node's lock: unmaps `leaving`,
+    /// sets the new base of the sessions in `rebased` that are still on
+    /// the node. Returns how many were unmapped. Repeating it changes
+    /// nothing.
     pub async fn apply_clean(
         &self,
+        lock: &Lock,
         address: &str,
         leaving: &[String],
         rebased: &[(String, i64)],
@@ -229,7 +233,10 @@ impl SessionStore {
         let Some(number) = self.node_number(address).await? else {
             return Ok(0);
         };
-        let unmapped = self.unmap_in_groups(number, leaving, rebased).await?.len();
+        let unmapped = self
+            .unmap_in_groups(lock, number, leaving, rebased)
+            .await?
+            .len();
         if unmapped > 0 {
             self.set_counts(true, &[(address, -(unmapped as i64))])
                 .await?;
@@ -240,8 +247,16 @@ impl SessionStore {
     /// `unmap.lua` over the groups the ids fall in: one call per group on
     /// a cluster (a script stays in one slot), all at once; one call for
     /// every group on a single Redis (one script instead of up to 256).
+    ///
+    /// Only while `lock` is its holder's: a cleaner that paused past the
+    /// lock's life must not unmap sessions placed again since. On a single
+    /// Redis the script checks the lock itself; on a cluster the lock is in
+    /// another slot, so it is read just before (a pause between that read
+    /// and the calls is the one window left: design.md, "A cleaner that
+    /// pauses").
     async fn unmap_in_groups(
         &self,
+        lock: &Lock,
         number: u64,
         leaving: &[String],
         rebased: &[(String, i64)],
@@ -262,6 +277,13 @@ impl SessionStore {
         for pair in rebased {
             parts.entry(call_of(&pair.0)).or_default().1.push(pair);
         }
+        let (lock_key, token) = lock.key_and_token(self);
+        let guard = if self.cluster {
+            self.check_lock(&lock_key, &token).await?;
+            String::new()
+        } else {
+            lock_key
+        };
         let calls = parts.into_values().map(|(leaving, rebased)| {
             let mut invocation = self.scripts.unmap.prepare_invoke();
             let ids = || {
@@ -285,6 +307,8 @@ impl SessionStore {
                 invocation.key(key);
             }
             invocation
+                .arg(guard.as_str())
+                .arg(token.as_str())
                 .arg(self.prefix.as_ref())
                 .arg(number)
                 .arg(leaving.len());

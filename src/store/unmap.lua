@@ -5,11 +5,16 @@
 -- their new base. A session mapped elsewhere is left alone, so running
 -- this twice changes nothing the second time.
 -- KEYS: the node's indexes in those groups and the buckets of the ids.
--- ARGV: key prefix, number, count of leaving ids L, L ids, id/base pairs.
--- Returns the ids unmapped.
-local prefix, number, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+-- ARGV: the node lock's key ('' on a cluster, where the caller checked it)
+-- and its holder's token, key prefix, number, count of leaving ids L, L ids,
+-- id/base pairs.
+-- Returns the ids unmapped; nothing changes if the lock is another's.
+if ARGV[1] ~= '' and redis.call('GET', ARGV[1]) ~= ARGV[2] then
+  return redis.error_reply('LOCKLOST the node lock is held by another operation')
+end
+local prefix, number, n = ARGV[3], ARGV[4], tonumber(ARGV[5])
 local unmapped = {}
-for i = 4, 3 + n do
+for i = 6, 5 + n do
   local id = ARGV[i]
   local key, index = session_keys(prefix, id, number)
   local value = redis.call('HGET', key, id)
@@ -19,7 +24,7 @@ for i = 4, 3 + n do
   end
   redis.call('ZREM', index, id)
 end
-for i = 4 + n, #ARGV, 2 do
+for i = 6 + n, #ARGV, 2 do
   local id = ARGV[i]
   local key = session_keys(prefix, id, number)
   local value = redis.call('HGET', key, id)

@@ -215,3 +215,93 @@ async fn a_node_that_comes_back_is_wiped_before_it_takes_sessions_again() {
         "a recovered node must be wiped"
     );
 }
+
+/// A node that counts a press and then answers 500, and a Redis that
+/// refuses writes at that very moment: the mark-down cannot be written.
+/// The replica keeps the node down all the same (the registry's stale
+/// "up" does not bring it back) and writes the mark once Redis takes
+/// writes again; the next presses never reach the node that may have
+/// counted the failed one.
+#[tokio::test]
+async fn a_mark_down_redis_refused_is_kept_and_the_node_never_pressed_again() {
+    use axum::{extract::State, routing::post, Json, Router};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    struct Treacherous {
+        presses: AtomicUsize,
+        armed: AtomicBool,
+        redis: String,
+    }
+    async fn press(
+        State(node): State<Arc<Treacherous>>,
+        Json(_): Json<serde_json::Value>,
+    ) -> (axum::http::StatusCode, String) {
+        let n = node.presses.fetch_add(1, Ordering::SeqCst) + 1;
+        if node.armed.load(Ordering::SeqCst) {
+            set_refusing(&node.redis, true).await;
+            return (axum::http::StatusCode::INTERNAL_SERVER_ERROR, "boom".into());
+        }
+        (axum::http::StatusCode::OK, format!("You clicked {n} times"))
+    }
+    async fn set_refusing(redis: &str, refusing: bool) {
+        let client = redis::Client::open(redis).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("min-replicas-to-write")
+            .arg(if refusing { "1" } else { "0" })
+            .query_async::<()>(&mut conn)
+            .await
+            .unwrap();
+    }
+
+    let redis = common::process::RedisProcess::start(false);
+    let mut config = test_config();
+    config.redis_url = redis.url();
+    // No recovery of the failed node within the test.
+    config.health_check_interval_ms = 600_000;
+    let app = spawn_app_with(config).await;
+    let node = Arc::new(Treacherous {
+        presses: AtomicUsize::new(0),
+        armed: AtomicBool::new(false),
+        redis: redis.url(),
+    });
+    let router = Router::new()
+        .route("/press", post(press))
+        .route("/clean", post(|| async { "OK" }))
+        .with_state(node.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    app.add_node(&address, "treacherous").await;
+    let s = unique("refused-mark");
+    assert_eq!(app.press(&s).await.clicks(), 1);
+    let other = common::TestNode::start("other", false);
+    app.add_node(&other.address, "other").await;
+
+    node.armed.store(true, Ordering::SeqCst);
+    let failed = app.press(&s).await;
+    assert_eq!(failed.status, 503, "{failed:?}");
+    let counted = node.presses.load(Ordering::SeqCst);
+    assert_eq!(counted, 2, "the node counted the failed press");
+    // Longer than a registry refresh, which still reads the node up.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let meanwhile = app.press(&s).await;
+    assert_ne!(meanwhile.status, 200, "{meanwhile:?}");
+    assert_eq!(
+        node.presses.load(Ordering::SeqCst),
+        counted,
+        "pressed again"
+    );
+    node.armed.store(false, Ordering::SeqCst);
+    set_refusing(&redis.url(), false).await;
+    let answer = common::press_until_ok(&app, &s).await;
+    assert_eq!(answer.served_by.as_deref(), Some("other"), "{answer:?}");
+    assert_eq!(
+        node.presses.load(Ordering::SeqCst),
+        counted,
+        "pressed again"
+    );
+    let listed = app.ctx.store.get_node(&address).await.unwrap().unwrap();
+    assert_eq!(listed.state, nodes_control::store::NodeState::Down);
+}

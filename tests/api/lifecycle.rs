@@ -175,14 +175,18 @@ async fn a_press_waits_behind_a_raised_fence_and_then_counts_on() {
     let s = unique("fenced");
     app.press(&s).await;
     let store = &app.ctx.store;
-    let seq = store
-        .raise_fence(
-            &nodes[0].address,
-            Duration::from_secs(3600),
-            FenceReason::Clean,
-        )
-        .await
-        .unwrap();
+    let seq = common::under_node_lock(store, &nodes[0].address, |lock| async move {
+        store
+            .raise_fence(
+                lock.lock(),
+                lock.node(),
+                Duration::from_secs(3600),
+                FenceReason::Clean,
+            )
+            .await
+            .unwrap()
+    })
+    .await;
     // Wait until our replica closed its gate and acknowledged.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while store
@@ -222,22 +226,24 @@ async fn an_interrupted_clean_is_finished_by_the_next_sweep_by_folding_again() {
     // A cleaner raises the fence, writes its journal, the node archives and
     // forgets everything, and the cleaner dies before the fold.
     let store = &app.ctx.store;
-    let seq = store
-        .raise_fence(&addr, Duration::ZERO, FenceReason::Clean)
-        .await
-        .unwrap();
-    store
-        .put_journal(
-            &addr,
-            &nodes_control::store::Journal {
-                seq,
-                generation: None,
-                leaving: vec![a.clone()],
-                selective: false,
-            },
-        )
-        .await
-        .unwrap();
+    let (addr, a) = (&addr, &a);
+    common::under_node_lock(store, addr, |lock| async move {
+        let seq = store
+            .raise_fence(lock.lock(), addr, Duration::ZERO, FenceReason::Clean)
+            .await
+            .unwrap();
+        let journal = nodes_control::store::Journal {
+            seq,
+            generation: None,
+            leaving: vec![a.clone()],
+            selective: false,
+        };
+        assert!(store
+            .put_journal(lock.lock(), addr, &journal)
+            .await
+            .unwrap());
+    })
+    .await;
     let cleaned = app
         .http
         .post(format!("{addr}/clean"))
@@ -256,13 +262,9 @@ async fn an_interrupted_clean_is_finished_by_the_next_sweep_by_folding_again() {
     );
     // A repeated fold changes nothing.
     let totals = app.ctx.archive.fold(&[a.clone(), b.clone()]).await.unwrap();
-    assert_eq!(totals.get(&a), Some(&4));
+    assert_eq!(totals.get(a), Some(&4));
     assert_eq!(totals.get(&b), Some(&1));
-    assert_eq!(
-        app.press(&a).await.clicks(),
-        5,
-        "A left and restored from 4"
-    );
+    assert_eq!(app.press(a).await.clicks(), 5, "A left and restored from 4");
     assert_eq!(app.press(&b).await.clicks(), 2, "B stayed, re-based on 1");
 }
 

@@ -61,32 +61,42 @@ async fn a_press_refused_after_a_clean_the_registry_did_not_record_is_answered()
     }
     // The earlier release's clean of `s`: fence, token, /clean, unmap,
     // completed token, fence down; no epoch recorded.
-    let seq = store
-        .raise_fence(&addr, Duration::from_secs(10), FenceReason::Clean)
-        .await
-        .unwrap();
-    let token = archive.issue_token(&addr).await.unwrap();
-    let cleaned = app
-        .http
-        .post(format!("{addr}/clean"))
-        .json(&serde_json::json!({ "archive": true, "session_ids": [s], "generation": token }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(cleaned.status(), 200);
-    store
-        .apply_clean(&addr, std::slice::from_ref(&s), &[])
-        .await
-        .unwrap();
-    archive.complete_token(token).await.unwrap();
-    store.lower_fence(&addr, seq).await.unwrap();
-    assert!(store.node_epoch(&addr).await.unwrap() < token as u64);
+    let (app, addr, s) = (&app, &addr, &s);
+    let token = common::under_node_lock(store, addr, |lock| async move {
+        let seq = store
+            .raise_fence(
+                lock.lock(),
+                addr,
+                Duration::from_secs(10),
+                FenceReason::Clean,
+            )
+            .await
+            .unwrap();
+        let token = archive.issue_token(addr).await.unwrap();
+        let cleaned = app
+            .http
+            .post(format!("{addr}/clean"))
+            .json(&serde_json::json!({ "archive": true, "session_ids": [s], "generation": token }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(cleaned.status(), 200);
+        store
+            .apply_clean(lock.lock(), addr, std::slice::from_ref(s), &[])
+            .await
+            .unwrap();
+        archive.complete_token(token).await.unwrap();
+        store.lower_fence(addr, seq).await.unwrap();
+        token
+    })
+    .await;
+    assert!(store.node_epoch(addr).await.unwrap() < token as u64);
     // Placed again from its archive, sent under the epoch this replica
     // knows, refused, learned, answered.
-    let answer = app.press(&s).await;
+    let answer = app.press(s).await;
     assert_eq!(answer.clicks(), 4, "{answer:?}");
     // Only a refusal records the node's word.
-    assert_eq!(store.node_epoch(&addr).await.unwrap(), token as u64);
+    assert_eq!(store.node_epoch(addr).await.unwrap(), token as u64);
 }
 
 /// A cleaner wrote its journal and died before its `/clean` reached the
@@ -107,34 +117,191 @@ async fn an_interrupted_clean_the_node_never_got_is_sent_again_not_assumed() {
     let second = common::TestNode::start("n2", false);
     app.add_node(&second.address, "n2").await;
     let (store, archive) = (&app.ctx.store, &app.ctx.archive);
-    let seq = store
-        .raise_fence(&addr, Duration::ZERO, FenceReason::Clean)
-        .await
-        .unwrap();
-    let generation = archive.issue_token(&addr).await.unwrap();
-    store
-        .put_journal(
-            &addr,
-            &Journal {
-                seq,
-                generation: Some(generation),
-                leaving: vec![s.clone()],
-                selective: true,
-            },
-        )
-        .await
-        .unwrap();
+    let (addr, s) = (&addr, &s);
+    common::under_node_lock(store, addr, |lock| async move {
+        let seq = store
+            .raise_fence(lock.lock(), addr, Duration::ZERO, FenceReason::Clean)
+            .await
+            .unwrap();
+        let generation = archive.issue_token(addr).await.unwrap();
+        let journal = Journal {
+            seq,
+            generation: Some(generation),
+            leaving: vec![s.clone()],
+            selective: true,
+        };
+        assert!(store
+            .put_journal(lock.lock(), addr, &journal)
+            .await
+            .unwrap());
+    })
+    .await;
     // The stale fence is found and the clean finished: sent, then settled.
     let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
     assert_eq!(report.recovered, 1, "{report:?}");
     assert!(store.fences().await.unwrap().is_empty());
     assert_eq!(
-        archive.total(&s).await.unwrap(),
+        archive.total(s).await.unwrap(),
         Some(5),
         "the node archived"
     );
-    let answer = app.press(&s).await;
+    let answer = app.press(s).await;
     assert_eq!(answer.served_by.as_deref(), Some("n2"));
     assert_eq!(answer.clicks(), 6, "not restarted from 0");
     assert_eq!(app.press(&stays).await.clicks(), 2);
+}
+
+/// Deletes `key` wherever it lives (a cluster answers MOVED on the others):
+/// what the lock's expiry does to a holder that paused past its lifetime.
+async fn expire_key(key: &str) {
+    for server in testkit::redis_servers() {
+        let client = redis::Client::open(server).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let _: Result<i64, _> = redis::cmd("DEL").arg(key).query_async(&mut conn).await;
+    }
+}
+
+/// A cleaner sends its `/clean` and pauses past its lock's life; the sweep
+/// finishes its journal (sending the clean again) and the session is
+/// placed again on the node. When the first cleaner resumes, its late
+/// `/clean` forgets nothing placed since (the node takes only counts older
+/// than the token), and each of its writes to Redis is refused: the
+/// session counts on, with no repeat.
+#[tokio::test]
+async fn a_cleaner_resuming_after_its_lock_passed_on_changes_nothing() {
+    let app = spawn_app_with(test_config()).await;
+    let nodes = start_nodes(&app, 1, false).await;
+    let addr = nodes[0].address.clone();
+    let (store, archive) = (&app.ctx.store, &app.ctx.archive);
+    let s = unique("resumed");
+    for _ in 0..3 {
+        app.press(&s).await;
+    }
+    let lock_key = store.key(&["lock", &format!("node:{addr}")]);
+    let (app_ref, addr_ref, s_ref) = (&app, addr.as_str(), s.as_str());
+    common::under_node_lock(store, addr_ref, |lock| async move {
+        let seq = store
+            .raise_fence(lock.lock(), addr_ref, Duration::ZERO, FenceReason::Clean)
+            .await
+            .unwrap();
+        let generation = archive.issue_token(addr_ref).await.unwrap();
+        let journal = Journal {
+            seq,
+            generation: Some(generation),
+            leaving: vec![s_ref.to_owned()],
+            selective: true,
+        };
+        assert!(store
+            .put_journal(lock.lock(), addr_ref, &journal)
+            .await
+            .unwrap());
+        let clean = serde_json::json!({
+            "archive": true, "session_ids": [s_ref], "generation": generation
+        });
+        let cleaned = app_ref
+            .http
+            .post(format!("{addr_ref}/clean"))
+            .json(&clean)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(cleaned.status(), 200);
+        // The pause: the lock expires and the sweep takes the node over.
+        expire_key(&lock_key).await;
+        let report = app_ref.sweeper.sweep_once(now_ms()).await.unwrap();
+        assert_eq!(report.recovered, 1, "{report:?}");
+        assert_eq!(app_ref.press(s_ref).await.clicks(), 4, "restored from 3");
+        // The first cleaner resumes where it stopped.
+        let late = app_ref
+            .http
+            .post(format!("{addr_ref}/clean"))
+            .json(&clean)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(late.status(), 200);
+        let unmap = store
+            .apply_clean(lock.lock(), addr_ref, &[s_ref.to_owned()], &[])
+            .await;
+        assert!(unmap.is_err_and(|e| e.is_lock_lost()), "the unmap landed");
+        let ended = store
+            .end_journal(lock.lock(), addr_ref, seq, Some(generation as u64))
+            .await;
+        assert!(ended.is_err_and(|e| e.is_lock_lost()));
+        let raised = store
+            .raise_fence(lock.lock(), addr_ref, Duration::ZERO, FenceReason::Clean)
+            .await;
+        assert!(raised.is_err_and(|e| e.is_lock_lost()));
+        assert!(!store
+            .put_journal(lock.lock(), addr_ref, &journal)
+            .await
+            .is_ok_and(|w| w));
+    })
+    .await;
+    assert!(store.fences().await.unwrap().is_empty());
+    assert_eq!(app.press(&s).await.clicks(), 5, "counted on, no repeat");
+}
+
+/// A failover raised its fence over an unsettled clean and lowered it:
+/// the fence stays, now the journal's and stale, so the next sweep
+/// finishes the clean instead of leaving its journal behind with nothing
+/// pointing at it.
+#[tokio::test]
+async fn a_fence_never_comes_down_over_an_unsettled_journal() {
+    let app = spawn_app_with(test_config()).await;
+    let nodes = start_nodes(&app, 1, false).await;
+    let (store, archive) = (&app.ctx.store, &app.ctx.archive);
+    let s = unique("journaled");
+    for _ in 0..2 {
+        app.press(&s).await;
+    }
+    let (addr, s_ref) = (nodes[0].address.as_str(), s.as_str());
+    let journal_seq = common::under_node_lock(store, addr, |lock| async move {
+        let seq = store
+            .raise_fence(
+                lock.lock(),
+                addr,
+                Duration::from_secs(3600),
+                FenceReason::Clean,
+            )
+            .await
+            .unwrap();
+        let journal = Journal {
+            seq,
+            generation: Some(archive.issue_token(addr).await.unwrap()),
+            leaving: vec![s_ref.to_owned()],
+            selective: true,
+        };
+        assert!(store
+            .put_journal(lock.lock(), addr, &journal)
+            .await
+            .unwrap());
+        assert!(
+            !store
+                .put_journal(lock.lock(), addr, &journal)
+                .await
+                .unwrap(),
+            "a second journal over the first"
+        );
+        let over = store
+            .raise_fence(
+                lock.lock(),
+                addr,
+                Duration::from_secs(3600),
+                FenceReason::Down,
+            )
+            .await
+            .unwrap();
+        store.lower_fence(addr, over).await.unwrap();
+        seq
+    })
+    .await;
+    let fences = store.fences().await.unwrap();
+    assert_eq!(fences.len(), 1, "{fences:?}");
+    assert_eq!(fences[0].1.seq, journal_seq);
+    let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
+    assert_eq!(report.recovered, 1, "{report:?}");
+    assert!(store.journal(addr).await.unwrap().is_none());
+    assert!(store.fences().await.unwrap().is_empty());
+    assert_eq!(app.press(&s).await.clicks(), 3);
 }

@@ -275,3 +275,25 @@ pub async fn start_nodes(app: &TestApp, n: usize, clean_all: bool) -> Vec<TestNo
     }
     nodes
 }
+
+/// Runs `work` under the node's lock, as a node operation does: what a
+/// test plays of a cleaner (a fence, a journal, an unmap) is written with
+/// the lock's token, as the cleaner's writes are.
+pub async fn under_node_lock<T, Fut>(
+    store: &nodes_control::store::SessionStore,
+    addr: &str,
+    work: impl FnOnce(nodes_control::store::lock::NodeLock) -> Fut,
+) -> T
+where
+    Fut: std::future::Future<Output = T>,
+{
+    nodes_control::store::lock::with_node_lock(
+        store,
+        addr,
+        Duration::from_secs(15),
+        || -> nodes_control::store::StoreError { panic!("the node {addr} stayed locked") },
+        |lock| async move { Ok(work(lock).await) },
+    )
+    .await
+    .unwrap()
+}

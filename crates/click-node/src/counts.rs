@@ -11,6 +11,10 @@
 //!   the clean's token, which is now at most the floor) is refused;
 //! - a selective clean moves the floor but leaves other sessions' counts
 //!   alone: their presses go on under the epoch they started with;
+//! - a clean under token `T` takes only the counts that started before it
+//!   (`since < T`): the same clean sent again, by a cleaner that finishes
+//!   another's journal or one that resumed from a pause, leaves alone the
+//!   sessions placed on the node since, so a repeated clean is harmless;
 //! - nothing here survives a restart, and the node says so by reporting a
 //!   new instance id (the balancer then treats it as failed and wipes it).
 //!
@@ -66,31 +70,41 @@ impl Counts {
         }
     }
 
-    /// The counts of `only` (those it holds), or of every session.
-    pub fn snapshot(&self, only: Option<&[String]>) -> Vec<(String, i32)> {
+    /// The counts a clean under `token` takes: of `only` (those it holds),
+    /// or of every session; with a token, only those that started before
+    /// it.
+    pub fn snapshot(&self, only: Option<&[String]>, token: Option<u64>) -> Vec<(String, i32)> {
+        let taken = |count: &Count| token.is_none_or(|t| count.since < t);
         match only {
             Some(ids) => ids
                 .iter()
-                .filter_map(|id| self.sessions.get(id).map(|c| (id.clone(), c.clicks)))
+                .filter_map(|id| {
+                    let count = self.sessions.get(id).filter(|c| taken(c))?;
+                    Some((id.clone(), count.clicks))
+                })
                 .collect(),
             None => self
                 .sessions
                 .iter()
+                .filter(|(_, c)| taken(c))
                 .map(|(id, c)| (id.clone(), c.clicks))
                 .collect(),
         }
     }
 
-    /// Forgets `only` (or everything) after a clean under `token`, which
-    /// becomes the floor if it is newer.
+    /// Forgets what [`snapshot`](Self::snapshot) took for the same clean;
+    /// `token` becomes the floor if it is newer.
     pub fn forget(&mut self, only: Option<&[String]>, token: Option<u64>) {
+        let taken = |count: &Count| token.is_none_or(|t| count.since < t);
         match only {
             Some(ids) => {
                 for id in ids {
-                    self.sessions.remove(id);
+                    if self.sessions.get(id).is_some_and(taken) {
+                        self.sessions.remove(id);
+                    }
                 }
             }
-            None => self.sessions.clear(),
+            None => self.sessions.retain(|_, count| !taken(count)),
         }
         if let Some(token) = token {
             self.floor = self.floor.max(token);
@@ -165,6 +179,28 @@ mod tests {
         assert_eq!(counts.press("a".into(), None), Pressed::Counted(2));
         // It started at the floor: a fenced press of the same epoch counts.
         assert_eq!(counts.press("a".into(), Some(4)), Pressed::Counted(3));
+    }
+
+    #[test]
+    fn a_clean_sent_again_leaves_the_sessions_started_after_it_alone() {
+        let mut counts = Counts::default();
+        counts.press("a".into(), Some(2));
+        counts.press("b".into(), Some(2));
+        counts.forget(None, Some(6));
+        // Placed again after the clean: their presses carry its token.
+        counts.press("a".into(), Some(6));
+        counts.press("a".into(), Some(6));
+        counts.press("c".into(), None);
+        for only in [None, Some(ids(&["a", "c"]))] {
+            assert!(counts.snapshot(only.as_deref(), Some(6)).is_empty());
+            counts.forget(only.as_deref(), Some(6));
+            assert_eq!(counts.len(), 2);
+        }
+        assert_eq!(counts.press("a".into(), Some(6)), Pressed::Counted(3));
+        // A newer clean takes them.
+        assert_eq!(counts.snapshot(None, Some(7)).len(), 2);
+        counts.forget(None, Some(7));
+        assert_eq!(counts.len(), 0);
     }
 
     #[test]

@@ -78,8 +78,9 @@ async fn clean(State(node): State<Arc<Node>>, body: Bytes) -> Result<Response, N
         parse(&body)?
     };
     let selected = body.session_ids.filter(|_| !node.clean_all);
+    let token = body.generation.and_then(|g| u64::try_from(g).ok());
     let mut sessions = node.sessions.lock().await;
-    let counts = sessions.snapshot(selected.as_deref());
+    let counts = sessions.snapshot(selected.as_deref(), token);
     if body.archive {
         // Bounded: the session map is locked meanwhile, so a silent
         // Postgres must not hold every press of this node.
@@ -94,7 +95,6 @@ async fn clean(State(node): State<Arc<Node>>, body: Bytes) -> Result<Response, N
         }
     }
     tracing::info!(node = %node.name, sessions = counts.len(), archive = body.archive, "cleaned");
-    let token = body.generation.and_then(|g| u64::try_from(g).ok());
     sessions.forget(selected.as_deref(), token);
     match selected {
         Some(ids) => Ok(Json(json!({ "cleaned": ids })).into_response()),
