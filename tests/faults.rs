@@ -782,3 +782,98 @@ async fn redis_restarted_on_an_older_snapshot_is_rebuilt_without_resetting_a_ses
         &["redis_unavailable", "registry_rebuilding"],
     );
 }
+
+/// The previous release's balancer, built from this repository's history
+/// (scripts/previous-release.sh; CI builds it before the tests).
+fn previous_release() -> std::path::PathBuf {
+    let out = std::process::Command::new("bash")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/scripts/previous-release.sh"
+        ))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("bash runs");
+    assert!(out.status.success(), "the previous release did not build");
+    std::path::PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// A rolling upgrade: two replicas of the previous release serve under
+/// load, then each is stopped (SIGTERM) and replaced by one of this
+/// release, one at a time, while the other serves; sessions expire and
+/// come back between the steps, so every kind of replica cleans, archives
+/// and restores what another kind placed. No fault is injected, so every
+/// answer must be exact: the truth, through every mix of releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_upgraded_one_by_one_under_load_lose_no_click() {
+    let previous = previous_release();
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let prefix = format!("{}:", unique("upgrade"));
+    let env = [
+        ("REDIS_KEY_PREFIX", prefix.as_str()),
+        ("SESSION_TTL_SECS", "3"),
+        ("SWEEP_INTERVAL_SECS", "1"),
+    ];
+    let null = std::process::Stdio::null;
+    let mut replicas = vec![
+        common::process::BalancerProcess::start_binary(&previous, &env, null()).await,
+        common::process::BalancerProcess::start_binary(&previous, &env, null()).await,
+    ];
+    let nodes = [
+        NodeProcess::start("n1", &database_url()),
+        NodeProcess::start_with("n2", &database_url(), &["--clean-all"]),
+    ];
+    for node in &nodes {
+        replicas[0].node("add", &node.address).await;
+    }
+    let live: Vec<String> = (0..12).map(|i| unique(&format!("live{i}"))).collect();
+    // Pressed once a step: each expires between steps and is restored by
+    // whichever replica meets it next.
+    let returning: Vec<String> = (0..6).map(|i| unique(&format!("back{i}"))).collect();
+    let mut truth = std::collections::HashMap::new();
+    let mut wrong = Vec::new();
+    let mut presses = 0;
+    for step in ["previous, previous", "this, previous", "this, this"] {
+        for s in &returning {
+            let answer = press_judged(&replicas[presses % 2], s, &mut truth).await;
+            presses += 1;
+            if answer.0 != Some(answer.1) {
+                wrong.push(format!("{step} {s}: {:?}, truth {}", answer.0, answer.1));
+            }
+        }
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_secs(5) {
+            for s in &live {
+                let answer = press_judged(&replicas[presses % 2], s, &mut truth).await;
+                presses += 1;
+                if answer.0 != Some(answer.1) {
+                    wrong.push(format!("{step} {s}: {:?}, truth {}", answer.0, answer.1));
+                }
+            }
+        }
+        // The next replica to upgrade: stopped, then replaced, while the
+        // other one serves alone.
+        let next = match step {
+            "previous, previous" => 0,
+            "this, previous" => 1,
+            _ => break,
+        };
+        replicas[next].stop();
+        for s in &live {
+            let answer = press_judged(&replicas[1 - next], s, &mut truth).await;
+            if answer.0 != Some(answer.1) {
+                wrong.push(format!(
+                    "{step}, one stopped {s}: {:?}, truth {}",
+                    answer.0, answer.1
+                ));
+            }
+        }
+        replicas[next] = common::process::BalancerProcess::start(&env, null()).await;
+    }
+    println!("FIGURES scenario=\"rolling upgrade, 2 replicas, previous release to this\" presses={presses} wrong={}", wrong.len());
+    assert!(
+        wrong.is_empty(),
+        "{} wrong answers: {wrong:#?}",
+        wrong.len()
+    );
+}

@@ -211,9 +211,19 @@ pub struct BalancerProcess {
 
 impl BalancerProcess {
     pub async fn start(env: &[(&str, &str)], stdout: Stdio) -> Self {
+        Self::start_binary(env!("CARGO_BIN_EXE_nodes-control").as_ref(), env, stdout).await
+    }
+
+    /// A replica of another build of the balancer (the rolling-upgrade
+    /// test runs the previous release's).
+    pub async fn start_binary(
+        binary: &std::path::Path,
+        env: &[(&str, &str)],
+        stdout: Stdio,
+    ) -> Self {
         super::ensure_database().await;
         let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_nodes-control"))
+        let child = Command::new(binary)
             .env("LISTEN_ADDR", format!("127.0.0.1:{port}"))
             .env("DATABASE_URL", super::database_url())
             .env("REDIS_URL", super::redis_url())
@@ -256,6 +266,14 @@ impl BalancerProcess {
     #[allow(dead_code)] // the fault suite's
     pub fn resume(&self) {
         signal(self.child.id(), "CONT");
+    }
+
+    /// SIGTERM, as an orchestrator stops a replica it replaces, and waits
+    /// for it to leave (within its shutdown grace).
+    #[allow(dead_code)] // the fault suite's
+    pub fn stop(&mut self) {
+        signal(self.child.id(), "TERM");
+        let _ = self.child.wait();
     }
 
     pub async fn metrics(&self) -> String {
