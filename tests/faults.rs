@@ -815,7 +815,7 @@ async fn replicas_upgraded_one_by_one_under_load_lose_no_click() {
         ("SWEEP_INTERVAL_SECS", "1"),
     ];
     let null = std::process::Stdio::null;
-    let mut replicas = vec![
+    let mut replicas = [
         common::process::BalancerProcess::start_binary(&previous, &env, null()).await,
         common::process::BalancerProcess::start_binary(&previous, &env, null()).await,
     ];
