@@ -56,8 +56,10 @@ impl Archive {
     }
 
     /// A clean ended in OK: what its token wrote stands for good (one row
-    /// updated, however many sessions the clean archived).
-    pub async fn complete_token(&self, generation: i64) -> ArchiveResult<()> {
+    /// updated, however many sessions the clean archived). False if the
+    /// token was revoked meanwhile (another operation took the node over
+    /// and failed it): then nothing of the clean may be applied.
+    pub async fn complete_token(&self, generation: i64) -> ArchiveResult<bool> {
         self.run("completing a clean token in Postgres", async {
             sqlx::query(
                 "UPDATE clean_tokens SET completed = true WHERE generation = $1 AND NOT revoked",
@@ -65,25 +67,44 @@ impl Archive {
             .bind(generation)
             .execute(self.pool())
             .await
-            .map(drop)
+            .map(|done| done.rows_affected() == 1)
         })
         .await
     }
 
-    /// A node failed: revokes every token it was given whose clean did not
-    /// complete, and records it down, in one transaction. Only after this
-    /// may its sessions move.
-    pub async fn fence_failed_node(&self, node: &str) -> ArchiveResult<u64> {
+    /// Whether a token was revoked (a journal's clean that a failover, or
+    /// its own cleaner, gave up on).
+    pub async fn token_revoked(&self, generation: i64) -> ArchiveResult<bool> {
+        self.run("reading a clean token from Postgres", async {
+            sqlx::query_scalar::<_, bool>(
+                "SELECT COALESCE((SELECT revoked FROM clean_tokens WHERE generation = $1), false)",
+            )
+            .bind(generation)
+            .fetch_one(self.pool())
+            .await
+        })
+        .await
+    }
+
+    /// A node failed: revokes every token it was given below `below` whose
+    /// clean did not complete, and records it down, in one transaction.
+    /// Only after this may its sessions move. `below` is a number the
+    /// operation took from the sequence once it held the node: a token
+    /// issued after it belongs to a later operation (this one paused and
+    /// lost the node meanwhile) and is not this one's to revoke.
+    pub async fn fence_failed_node(&self, node: &str, below: i64) -> ArchiveResult<u64> {
         self.run(
             "fencing a failed node's archive writes in Postgres",
             async {
                 let mut tx = self.pool().begin().await?;
                 let revoked = sqlx::query(
                     "UPDATE clean_tokens SET revoked = true
-                 WHERE cluster = $1 AND node = $2 AND NOT revoked AND NOT completed",
+                 WHERE cluster = $1 AND node = $2 AND generation < $3
+                   AND NOT revoked AND NOT completed",
                 )
                 .bind(self.cluster())
                 .bind(node)
+                .bind(below)
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();

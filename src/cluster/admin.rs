@@ -177,11 +177,12 @@ impl NodeAdmin {
             // anything is sent that would change the node.
             let health = this.client.first_check(&addr).await;
             this.refuse_alias(&addr, health.as_ref().ok()).await?;
-            // Whatever an earlier life of this node may still archive is
-            // fenced out before it counts for us again.
-            this.archive.fence_failed_node(&addr).await?;
-            // The wipe's token is the node's first fencing epoch.
+            // The wipe's token is the node's first fencing epoch; whatever
+            // an earlier life of this node may still archive (under older
+            // tokens) is fenced out before it counts for us again.
             let token = this.archive.wipe_token().await?;
+            lock.lock().check_held(&this.store).await?;
+            this.archive.fence_failed_node(&addr, token).await?;
             let (state, health, reason) = match health {
                 Ok(mut health) => match this.client.wipe(&addr, Some(token)).await {
                     Ok(selective) => {

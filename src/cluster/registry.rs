@@ -162,17 +162,32 @@ impl NodeRegistry {
     /// word, and the next press go to a node that may have counted the
     /// last), and the mark is written once Redis answers. Then the sweep or
     /// the next press fails it over as any node marked down.
+    ///
+    /// Written only if nothing happened to the node meanwhile: the same
+    /// registration in this view, and no clean or wipe recorded since (its
+    /// epoch unmoved). Otherwise another replica saw it serve, or failed it
+    /// over and recovered it, and a late mark would take a healthy node down.
     fn record_down_later(&self, entry: &NodeEntry, actor: Actor, reason: &str) {
         entry.hold_down(true);
         let (this, address, reason) = (self.clone(), entry.address.clone(), reason.to_owned());
+        let (failed, epoch) = (self.cleaner.table().get(&address), entry.fence_epoch());
         crate::lifecycle::detached::spawn_tracked(async move {
             let mut pause = std::time::Duration::from_millis(50);
             loop {
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(std::time::Duration::from_secs(1));
-                let Some(entry) = this.cleaner.table().get(&address) else {
-                    return; // removed meanwhile
+                let entry = match (this.cleaner.table().get(&address), &failed) {
+                    (Some(now), Some(then)) if std::sync::Arc::ptr_eq(&now, then) => now,
+                    _ => return, // removed (or added again) meanwhile
                 };
+                match this.store.node_epoch(&address).await {
+                    Ok(recorded) if recorded > epoch => {
+                        entry.hold_down(false);
+                        return;
+                    }
+                    Ok(_) => {}
+                    Err(_) => continue,
+                }
                 let change = this
                     .store
                     .set_node_state(
@@ -237,6 +252,10 @@ impl NodeRegistry {
             let dropped = wiped.dropped;
             // Postgres first, with the instance: a rebuild restores what
             // the node says now, not what it said before it restarted.
+            // Only while the node is still ours: a recovery that resumed
+            // after another operation failed the node again brings nothing
+            // back up (the state change below is conditioned on the lock).
+            lock.lock().check_held(&this.store).await?;
             this.archive
                 .set_member_recovered(addr, state.as_str(), health.instance.as_deref())
                 .await?;
@@ -246,7 +265,7 @@ impl NodeRegistry {
             this.store.set_node_offers(addr, offers).await?;
             if let Some(old) = this
                 .store
-                .set_node_state(addr, state, &[NodeState::Down])
+                .set_node_state_locked(lock.lock(), addr, state, &[NodeState::Down])
                 .await?
             {
                 info!(

@@ -237,9 +237,9 @@ impl NodeCleaner {
             // cleaner paused past the lock) forgets nothing placed after a
             // later operation, whose token is newer.
             let token = self.archive.wipe_token().await?;
-            self.archive.fence_failed_node(addr).await?;
+            self.fence_out(lock, token).await?;
             let dropped = self.store.unmap_node(lock.lock(), addr).await?;
-            lock.lock().check()?;
+            lock.lock().check_held(&self.store).await?;
             let selective = self
                 .client
                 .wipe(addr, Some(token))
@@ -279,7 +279,8 @@ impl NodeCleaner {
         if self.store.node_sessions(addr).await?.is_empty() {
             // Nothing left to move, but what the node may still archive
             // must stay fenced out all the same.
-            self.archive.fence_failed_node(addr).await?;
+            let below = self.archive.wipe_token().await?;
+            self.fence_out(lock, below).await?;
             return Ok(0);
         }
         let seq = self.raise_and_wait(lock, FenceReason::Down, false).await?;
@@ -291,11 +292,22 @@ impl NodeCleaner {
     /// Under the fence: revoke the node's tokens, then unmap its sessions.
     async fn move_sessions_off(&self, lock: &NodeLock) -> Result<usize, CleanError> {
         let addr = lock.node();
-        let revoked = self.archive.fence_failed_node(addr).await?;
+        let below = self.archive.wipe_token().await?;
+        let revoked = self.fence_out(lock, below).await?;
         let moved = self.store.unmap_node(lock.lock(), addr).await?.len();
         warn!(node = %addr, sessions = moved, tokens_revoked = revoked, "failed node's sessions moved off it");
         metrics::counter!("nodes_control_sessions_failed_over_total").increment(moved as u64);
         Ok(moved)
+    }
+
+    /// Revokes what a failed node may still archive: its tokens below
+    /// `below`, a number this operation took from the sequence while it
+    /// held the node. The lock is read after that number was taken, so an
+    /// operation that paused before it (and lost the node) stops here, and
+    /// one that pauses after it revokes nothing a later operation issued.
+    async fn fence_out(&self, lock: &NodeLock, below: i64) -> Result<u64, CleanError> {
+        lock.lock().check_held(&self.store).await?;
+        Ok(self.archive.fence_failed_node(lock.node(), below).await?)
     }
 
     /// The clean proper, under the fence: `/clean archive=true`, asking the
@@ -413,9 +425,11 @@ impl NodeCleaner {
     /// node wrote with it is never folded). A node that did not answer at
     /// all failed: it is declared down and its sessions move off it now,
     /// under the fence this clean holds. A node that answered an error
-    /// forgot nothing and keeps its sessions. An operation that lost the
-    /// node's lock meanwhile stops without either: the journal is another's
-    /// to finish now.
+    /// forgot nothing and keeps its sessions. The journal is ended last: a
+    /// cleaner that pauses anywhere in here leaves it, and its fence, to the
+    /// sweep, which finds the token revoked and fails the node over
+    /// ([`finish_stale`](Self::finish_stale)). An operation that lost the
+    /// node's lock meanwhile stops where it finds out.
     async fn clean_failed(
         &self,
         lock: &NodeLock,
@@ -423,54 +437,57 @@ impl NodeCleaner {
         source: NodeCallError,
     ) -> CleanError {
         let addr = lock.node();
-        let Some(generation) = journal.generation else {
-            return CleanError::Node {
+        let handled = async {
+            if let Some(generation) = journal.generation {
+                lock.lock().check_held(&self.store).await?;
+                self.archive.revoke_token(generation).await?;
+            }
+            if source.is_unreachable() {
+                warn!(node = %addr, error = %source, "node did not answer its clean; declaring it down");
+                let reason = format!("did not answer a clean: {source}");
+                self.declare_down(lock, &reason).await?;
+                self.move_sessions_off(lock).await?;
+            }
+            self.store
+                .end_journal(lock.lock(), addr, journal.seq, None)
+                .await?;
+            Ok::<_, CleanError>(())
+        };
+        match handled.await {
+            Ok(()) => CleanError::Node {
                 node: addr.to_owned(),
                 source,
-            };
-        };
-        match self
+            },
+            Err(error) => error,
+        }
+    }
+
+    /// Marks the node down, under its lock: in this view first, then in
+    /// Redis (only while the lock is still this operation's).
+    async fn declare_down(&self, lock: &NodeLock, reason: &str) -> Result<(), CleanError> {
+        let addr = lock.node();
+        if let Some(entry) = self.table.get(addr) {
+            entry.set_state(NodeState::Down);
+        }
+        let before = self
             .store
-            .end_journal(lock.lock(), addr, journal.seq, None)
-            .await
-        {
-            Err(error) if error.is_lock_lost() => return error.into(),
-            Err(error) => warn!(node = %addr, %error, "could not delete the clean journal"),
-            Ok(()) => {}
-        }
-        if let Err(error) = self.archive.revoke_token(generation).await {
-            warn!(node = %addr, %error, generation, "could not revoke a failed clean's token");
-        }
-        if source.is_unreachable() {
-            warn!(node = %addr, error = %source, "node did not answer its clean; declaring it down");
-            if let Some(entry) = self.table.get(addr) {
-                entry.set_state(NodeState::Down);
-            }
-            let down = self
-                .store
-                .set_node_state(addr, NodeState::Down, &[NodeState::Up, NodeState::Draining])
-                .await;
-            if let Err(error) = down {
-                return error.into();
-            }
-            let reason = format!("did not answer a clean: {source}");
-            if let Err(error) = self.store.set_node_notes(addr, &reason, None).await {
-                return error.into();
-            }
+            .set_node_state_locked(
+                lock.lock(),
+                addr,
+                NodeState::Down,
+                &[NodeState::Up, NodeState::Draining],
+            )
+            .await?;
+        self.store.set_node_notes(addr, reason, None).await?;
+        if let Some(before) = before {
             self.archive.record(
                 NodeEvent::new(Actor::Clean, addr, "marked_down")
-                    .states(None, Some("down"))
+                    .states(Some(before.as_str()), Some("down"))
                     .reason(reason),
             );
             metrics::counter!("nodes_control_nodes_marked_down_total").increment(1);
-            if let Err(error) = self.move_sessions_off(lock).await {
-                return error;
-            }
         }
-        CleanError::Node {
-            node: addr.to_owned(),
-            source,
-        }
+        Ok(())
     }
 
     /// Settle what the node archived, then unmap the leaving sessions and
@@ -490,7 +507,11 @@ impl NodeCleaner {
     ) -> Result<CleanReport, CleanError> {
         let addr = lock.node();
         if let (CleanOutcome::Only(_), Some(generation)) = (&outcome, journal.generation) {
-            self.archive.complete_token(generation).await?;
+            if !self.archive.complete_token(generation).await? {
+                // Revoked: another operation took the node over (this one
+                // paused) and failed it; the journal is its to finish.
+                return Err(StoreError::lock_lost().into());
+            }
             let unmapped = self
                 .store
                 .apply_clean(lock.lock(), addr, &journal.leaving, &[])
@@ -547,6 +568,9 @@ impl NodeCleaner {
         self.locked(addr, Duration::ZERO, move |this, lock| async move {
             let addr = lock.node().to_owned();
             let Some(journal) = this.store.journal(&addr).await? else {
+                // None, or one that does not parse (deleted here, or the
+                // fence it keeps would never come down).
+                this.store.end_journal(lock.lock(), &addr, seq, None).await?;
                 this.store.lower_fence(&addr, seq).await?;
                 return Ok(false);
             };
@@ -565,8 +589,21 @@ impl NodeCleaner {
                         ..CleanReport::default()
                     }
                 }
+                // Its cleaner gave up on the clean (or a failover raised
+                // over it did), and whether the node did it is unknown:
+                // the node is failed over, so nothing it forgot is counted
+                // from zero.
+                Some(generation) if this.archive.token_revoked(generation).await? => {
+                    this.declare_down(&lock, "an interrupted clean was given up").await?;
+                    let unmapped = this.move_sessions_off(&lock).await?;
+                    this.store.end_journal(lock.lock(), &addr, journal.seq, None).await?;
+                    CleanReport {
+                        unmapped,
+                        ..CleanReport::default()
+                    }
+                }
                 Some(generation) => {
-                    lock.lock().check()?;
+                    lock.lock().check_held(&this.store).await?;
                     let only = journal.selective.then_some(journal.leaving.as_slice());
                     match this.client.clean(&addr, true, only, Some(generation)).await {
                         Ok(outcome) => this.settle(&lock, &journal, generation, outcome).await?,
@@ -615,7 +652,7 @@ impl NodeCleaner {
             lock.lock().check()?;
             if !was_up {
                 let generation = self.archive.wipe_token().await?;
-                self.archive.fence_failed_node(addr).await?;
+                self.fence_out(lock, generation).await?;
                 let wiped = self.client.clean(addr, false, None, Some(generation)).await;
                 return Ok((wiped.is_ok(), generation as u64));
             }
@@ -629,7 +666,7 @@ impl NodeCleaner {
                 Err(error) => {
                     warn!(node = %addr, %error, "node could not archive during the rebuild; it stays down");
                     self.archive.revoke_token(generation).await?;
-                    self.archive.fence_failed_node(addr).await?;
+                    self.fence_out(lock, generation).await?;
                     Ok((false, generation as u64))
                 }
             }

@@ -119,7 +119,10 @@ impl SessionStore {
                  redis.call('HDEL', KEYS[1], ARGV[1])
                else
                  local ok, decoded = pcall(cjson.decode, journal)
-                 local of = ok and tostring(decoded.seq) or ARGV[2]
+                 local of = ARGV[2]
+                 if ok and type(decoded) == 'table' and tonumber(decoded.seq) then
+                   of = string.format('%d', decoded.seq)
+                 end
                  if of ~= ARGV[2] then redis.call('HSET', KEYS[1], ARGV[1], of .. ':0:clean') end
                end
              end
@@ -343,7 +346,10 @@ impl SessionStore {
              local journal = redis.call('GET', KEYS[2])
              if journal then
                local ok, decoded = pcall(cjson.decode, journal)
-               if not ok or tostring(decoded.seq) == ARGV[2] then redis.call('DEL', KEYS[2]) end
+               if not ok or type(decoded) ~= 'table' or not tonumber(decoded.seq)
+                  or string.format('%d', decoded.seq) == ARGV[2] then
+                 redis.call('DEL', KEYS[2])
+               end
              end
              return 0"
         ))

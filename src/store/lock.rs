@@ -49,6 +49,16 @@ impl Lock {
             false => Ok(()),
         }
     }
+
+    /// Fails unless Redis still holds the lock for us: asked just before a
+    /// write Redis cannot condition (Postgres, a node), so that one made
+    /// after a pause that cost the lock is not made. The window left is
+    /// the pause between this read and the write.
+    pub async fn check_held(&self, store: &SessionStore) -> Result<(), StoreError> {
+        self.check()?;
+        let (key, token) = self.key_and_token(store);
+        store.check_lock(&key, &token).await
+    }
 }
 
 /// Proof that its holder works under a node's lock: made only here, and

@@ -63,7 +63,27 @@ impl SessionStore {
         expected: &[NodeState],
     ) -> StoreResult<Option<NodeState>> {
         match self
-            .change_node_state(address, state, expected, false)
+            .change_node_state(address, state, expected, false, None)
+            .await?
+        {
+            StateChange::Changed(old) => Ok(Some(old)),
+            StateChange::Unexpected | StateChange::LastUp => Ok(None),
+        }
+    }
+
+    /// [`set_node_state`](Self::set_node_state) by an operation under the
+    /// node's lock, which lands only while the lock is still its holder's
+    /// (a recovery that resumed after another operation failed the node
+    /// again must not bring it back up).
+    pub async fn set_node_state_locked(
+        &self,
+        lock: &super::lock::Lock,
+        address: &str,
+        state: NodeState,
+        expected: &[NodeState],
+    ) -> StoreResult<Option<NodeState>> {
+        match self
+            .change_node_state(address, state, expected, false, Some(lock))
             .await?
         {
             StateChange::Changed(old) => Ok(Some(old)),
@@ -80,6 +100,7 @@ impl SessionStore {
             NodeState::Down,
             &[NodeState::Up, NodeState::Draining],
             true,
+            None,
         )
         .await
     }
@@ -90,22 +111,27 @@ impl SessionStore {
         state: NodeState,
         expected: &[NodeState],
         keep_last: bool,
+        guard: Option<&super::lock::Lock>,
     ) -> StoreResult<StateChange> {
         let expected = expected
             .iter()
             .map(|s| s.as_str())
             .collect::<Vec<_>>()
             .join(",");
-        let old: Option<String> = self
-            .scripts
-            .set_node_state
+        let mut invocation = self.scripts.set_node_state.prepare_invoke();
+        invocation
             .key(self.key(&["node", address]))
             .key(self.key(&["placeable"]))
             .key(self.key(&["counts"]))
             .arg(address)
             .arg(state.as_str())
             .arg(expected)
-            .arg(if keep_last { "1" } else { "0" })
+            .arg(if keep_last { "1" } else { "0" });
+        if let Some(lock) = guard {
+            let (key, token) = lock.key_and_token(self);
+            invocation.key(key).arg(token);
+        }
+        let old: Option<String> = invocation
             .invoke_async(&mut self.conn())
             .await
             .context("changing a node's state in Redis")?;
@@ -342,7 +368,7 @@ impl SessionStore {
     }
 
     /// Fails unless the lock under `key` holds `token`.
-    pub(super) async fn check_lock(&self, key: &str, token: &str) -> StoreResult<()> {
+    pub(crate) async fn check_lock(&self, key: &str, token: &str) -> StoreResult<()> {
         let held: Option<String> = self
             .conn()
             .get(key)

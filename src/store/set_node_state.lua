@@ -5,8 +5,13 @@
 -- '1' to refuse taking down the last up node (a verdict on timeouts alone:
 -- checked here, atomically, so two replicas judging two nodes at once
 -- cannot take both down).
+-- KEYS[4], when given, is the node's lock and ARGV[5] its holder's token:
+-- the change lands only while the operation making it holds the node.
 -- Returns the previous state, false if the node is unknown or not expected,
 -- or 'last' when refused.
+if KEYS[4] and redis.call('GET', KEYS[4]) ~= ARGV[5] then
+  return redis.error_reply('LOCKLOST the node lock is held by another operation')
+end
 local old = redis.call('HGET', KEYS[1], 'state')
 if not old then
   return false

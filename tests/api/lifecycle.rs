@@ -445,9 +445,10 @@ async fn an_expired_session_keeps_its_archive_when_its_node_fails_after_the_clea
     assert_eq!(tokens, [(true, false)], "the clean completed its token");
     // The node fails afterwards: failing it over revokes what it may still
     // write, not what its completed clean archived.
+    let below = app.ctx.archive.wipe_token().await.unwrap();
     app.ctx
         .archive
-        .fence_failed_node(&nodes[0].address)
+        .fence_failed_node(&nodes[0].address, below)
         .await
         .unwrap();
     assert_eq!(app.ctx.archive.total(&s).await.unwrap(), Some(3));

@@ -9,7 +9,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{now_ms, spawn_app_with, start_nodes, test_config, unique};
-use nodes_control::store::{FenceReason, Journal};
+use nodes_control::store::{FenceReason, Journal, NodeState};
 
 #[tokio::test]
 async fn a_clean_records_its_token_as_the_nodes_epoch_and_presses_carry_it() {
@@ -236,6 +236,12 @@ async fn a_cleaner_resuming_after_its_lock_passed_on_changes_nothing() {
             .put_journal(lock.lock(), addr_ref, &journal)
             .await
             .is_ok_and(|w| w));
+        // A recovery that resumes late does not bring the node back up.
+        let up = store
+            .set_node_state_locked(lock.lock(), addr_ref, NodeState::Up, &[NodeState::Up])
+            .await;
+        assert!(up.is_err_and(|e| e.is_lock_lost()));
+        assert!(lock.lock().check_held(store).await.is_err());
     })
     .await;
     assert!(store.fences().await.unwrap().is_empty());
@@ -304,4 +310,66 @@ async fn a_fence_never_comes_down_over_an_unsettled_journal() {
     assert!(store.journal(addr).await.unwrap().is_none());
     assert!(store.fences().await.unwrap().is_empty());
     assert_eq!(app.press(&s).await.clicks(), 3);
+}
+
+/// Sets `key` to `value` wherever it lives (see [`expire_key`]).
+async fn set_key(key: &str, value: &str) {
+    for server in testkit::redis_servers() {
+        let client = redis::Client::open(server).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let _: Result<(), _> = redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .query_async(&mut conn)
+            .await;
+    }
+}
+
+/// A journal that does not parse (written by hand, or by a version that
+/// wrote another shape) would keep its fence up for ever, and every clean
+/// of the node would answer busy: the sweep deletes it and lowers the fence.
+#[tokio::test]
+async fn a_journal_that_does_not_parse_is_dropped_and_its_fence_lowered() {
+    let app = spawn_app_with(test_config()).await;
+    let nodes = start_nodes(&app, 1, false).await;
+    let store = &app.ctx.store;
+    let s = unique("garbled");
+    app.press(&s).await;
+    let addr = nodes[0].address.as_str();
+    common::under_node_lock(store, addr, |lock| async move {
+        store
+            .raise_fence(lock.lock(), addr, Duration::ZERO, FenceReason::Clean)
+            .await
+            .unwrap();
+    })
+    .await;
+    set_key(&store.key(&["journal", addr]), "{\"leaving\": 7}").await;
+    app.sweeper.sweep_once(now_ms()).await.unwrap();
+    assert!(store.fences().await.unwrap().is_empty(), "the fence stayed");
+    assert!(!store.clean_in_progress(addr).await.unwrap());
+    assert_eq!(app.press(&s).await.clicks(), 2);
+}
+
+/// The tokens a failover revokes are those issued before it held the node:
+/// one that resumes after a pause cannot revoke what a later clean archived
+/// (whose completion then finds it revoked and applies nothing).
+#[tokio::test]
+async fn a_failover_revokes_only_the_tokens_issued_before_it() {
+    let app = spawn_app_with(test_config()).await;
+    let archive = &app.ctx.archive;
+    let node = format!("http://{}.invalid", unique("tokens"));
+    let earlier = archive.issue_token(&node).await.unwrap();
+    let below = archive.wipe_token().await.unwrap();
+    let later = archive.issue_token(&node).await.unwrap();
+    assert_eq!(archive.fence_failed_node(&node, below).await.unwrap(), 1);
+    assert!(archive.token_revoked(earlier).await.unwrap());
+    assert!(!archive.token_revoked(later).await.unwrap());
+    assert!(archive.complete_token(later).await.unwrap());
+    assert!(
+        !archive.complete_token(earlier).await.unwrap(),
+        "a revoked token completed"
+    );
+    // A completed token stays completed whoever revokes it after.
+    archive.revoke_token(later).await.unwrap();
+    assert!(!archive.token_revoked(later).await.unwrap());
 }
