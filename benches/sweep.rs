@@ -40,6 +40,9 @@ async fn main() {
     let run = uuid::Uuid::new_v4().simple().to_string();
     let prefix = format!("bench-{run}:");
 
+    // A fresh machine has no test database yet: made (and migrated) here,
+    // as the tests make it.
+    testkit::ensure_database().await;
     let mut config = Config::new(&database_url, &redis_url, "bench");
     config.redis_key_prefix = prefix.clone();
     config.sweep_interval_secs = 3600; // we sweep by hand

@@ -92,6 +92,10 @@ fn describe() {
             "nodes_control_presses_refused_total",
             "Presses a fencing node refused, uncounted, as read before its last clean (read again and sent anew).",
         ),
+        (
+            "nodes_control_redis_slot_retries_total",
+            "Redis Cluster calls retried because their slot was moving or its primary changing (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, MASTERDOWN, LOADING).",
+        ),
     ];
     for (name, help) in counters {
         describe_counter!(*name, Unit::Count, *help);

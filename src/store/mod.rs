@@ -134,6 +134,7 @@ pub struct SessionStore {
 
 struct Scripts {
     reserve: redis::Script,
+    place: redis::Script,
     claim: redis::Script,
     unmap: redis::Script,
     register_node: redis::Script,
@@ -201,6 +202,7 @@ impl SessionStore {
             routes: Default::default(),
             scripts: std::sync::Arc::new(Scripts {
                 reserve: redis::Script::new(include_str!("reserve.lua")),
+                place: mapping_script(include_str!("place.lua")),
                 claim: mapping_script(include_str!("claim.lua")),
                 unmap: mapping_script(include_str!("unmap.lua")),
                 register_node: redis::Script::new(include_str!("register_node.lua")),

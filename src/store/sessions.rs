@@ -89,6 +89,11 @@ impl SessionStore {
         preferred_node: Option<&str>,
     ) -> StoreResult<Placed> {
         self.check_identity().await?;
+        if !self.cluster {
+            return self
+                .place_at_once(session_id, base, expires_at_ms, stale_node, preferred_node)
+                .await;
+        }
         // A number the standing mapping named that Redis does not know.
         let mut unknown: Option<u64> = None;
         for _ in 0..PLACE_ATTEMPTS {
@@ -159,6 +164,68 @@ impl SessionStore {
                     expires_at_ms,
                 },
                 created,
+            }));
+        }
+        Err(super::StoreError {
+            context: "placing a session in Redis",
+            source: redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "the session stays mapped to a node Redis does not know",
+            )),
+        })
+    }
+
+    /// [`place`](Self::place) on a single Redis: both steps in one script
+    /// (`place.lua`), one round trip.
+    async fn place_at_once(
+        &self,
+        session_id: &str,
+        base: i64,
+        expires_at_ms: i64,
+        stale_node: Option<&str>,
+        preferred_node: Option<&str>,
+    ) -> StoreResult<Placed> {
+        let bucket = mapping_bucket(session_id);
+        let group = &bucket[..2];
+        // A number the standing mapping named that Redis does not know.
+        let mut unknown: Option<u64> = None;
+        for _ in 0..PLACE_ATTEMPTS {
+            let reply: Option<Vec<i64>> = self
+                .scripts
+                .place
+                .key(self.key(&["placeable"]))
+                .key(self.key(&["registry"]))
+                .key(self.key(&["counts"]))
+                .key(self.key(&["node_numbers"]))
+                .key(self.group_key(group, &["mappings", &bucket]))
+                .key(self.group_key(group, &["epoch"]))
+                .arg(self.prefix.as_ref())
+                .arg(session_id)
+                .arg(base)
+                .arg(expires_at_ms)
+                .arg(stale_node.unwrap_or(""))
+                .arg(preferred_node.unwrap_or(""))
+                .arg(unknown.map(|n| n.to_string()).unwrap_or_default())
+                .invoke_async(&mut self.conn())
+                .await
+                .context("placing a session in Redis")?;
+            let Some(reply) = reply else {
+                return Ok(Placed::NoNode);
+            };
+            let &[created, number, base, expires_at_ms] = reply.as_slice() else {
+                return Ok(Placed::NotReady); // the registry or the group forgot
+            };
+            let Some(address) = self.node_address(number as u64).await? else {
+                unknown = Some(number as u64);
+                continue;
+            };
+            return Ok(Placed::Placed(Placement {
+                mapping: Mapping {
+                    node: address.to_string(),
+                    base,
+                    expires_at_ms,
+                },
+                created: created == 1,
             }));
         }
         Err(super::StoreError {

@@ -50,10 +50,34 @@ impl Cluster {
         ClusterConnection::clone(&self.current.load())
     }
 
+    /// Runs `call`, and again while the cluster answers that a slot is on
+    /// the move (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`,
+    /// `LOADING`) past redis-rs's own few retries, for at most
+    /// [`SLOT_MOVE_PATIENCE`]: a slot of many keys takes longer to migrate
+    /// than those retries wait, and a press must not fail for it (the press
+    /// deadline is longer still).
+    async fn call<T, F>(&self, call: impl Fn(ClusterConnection) -> F) -> RedisResult<T>
+    where
+        F: std::future::Future<Output = RedisResult<T>>,
+    {
+        let give_up = Instant::now() + SLOT_MOVE_PATIENCE;
+        let mut pause = std::time::Duration::from_millis(20);
+        loop {
+            match self.call_once(&call).await {
+                Err(error) if moving(&error) && Instant::now() + pause < give_up => {
+                    metrics::counter!("nodes_control_redis_slot_retries_total").increment(1);
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_millis(200));
+                }
+                answer => return answer,
+            }
+        }
+    }
+
     /// Runs `call` on the connection; if it times out, replaces the
     /// connection (calls in flight on the old one finish or fail by
     /// themselves) and runs it once more.
-    async fn call<T, F>(&self, call: impl Fn(ClusterConnection) -> F) -> RedisResult<T>
+    async fn call_once<T, F>(&self, call: &impl Fn(ClusterConnection) -> F) -> RedisResult<T>
     where
         F: std::future::Future<Output = RedisResult<T>>,
     {
@@ -72,6 +96,20 @@ impl Cluster {
             answer => answer,
         }
     }
+}
+
+/// How long a call on a cluster is retried while its slot moves.
+const SLOT_MOVE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(4);
+
+/// An answer that says a slot is moving or its primary changing: the same
+/// call succeeds once it has.
+fn moving(error: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind};
+    error.is_cluster_error()
+        || matches!(
+            error.kind(),
+            ErrorKind::Server(ServerErrorKind::MasterDown | ServerErrorKind::BusyLoading)
+        )
 }
 
 /// A [`Connection`] that records each call's time in
