@@ -208,14 +208,16 @@ async fn a_node_that_restarted_is_taken_down_since_its_counts_are_gone() {
     }
     nodes[0].restart(); // same address, new process: a new instance id
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    // The state and the reason are two writes (on a cluster, two round
+    // trips): the node is looked at once both are there.
     let node = loop {
         let node = app.nodes().await.remove(0);
-        if node["state"] == "down" {
+        if node["state"] == "down" && node["reason"].is_string() {
             break node;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "never taken down: {node}"
+            "never taken down with a reason: {node}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
