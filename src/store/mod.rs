@@ -201,7 +201,7 @@ impl SessionStore {
             cluster: matches!(target, RedisTarget::Cluster(_)),
             routes: Default::default(),
             scripts: std::sync::Arc::new(Scripts {
-                reserve: redis::Script::new(include_str!("reserve.lua")),
+                reserve: mapping_script(include_str!("reserve.lua")),
                 place: mapping_script(include_str!("place.lua")),
                 claim: mapping_script(include_str!("claim.lua")),
                 unmap: mapping_script(include_str!("unmap.lua")),

@@ -29,12 +29,7 @@ if standing and standing ~= stale_number then
   local number, base, exp = unpack_mapping(current)
   return {0, tonumber(number), tonumber(base), tonumber(exp)}
 end
-local node = nil
-if preferred ~= '' and preferred ~= stale and redis.call('ZSCORE', KEYS[1], preferred) then
-  node = preferred
-else
-  node = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
-end
+local node = choose_node(KEYS[1], stale, preferred)
 if not node then
   return false
 end

@@ -1,5 +1,6 @@
--- Shared by every script that touches session mappings (prepended by
--- `SessionStore::connect`). The layout is in store/mod.rs.
+-- Shared by the placement scripts and every script that touches session
+-- mappings (prepended by `mapping_script` in store/mod.rs, where the
+-- layout is described).
 
 -- The bucket a session's mapping lives in and its node's index, both in
 -- the session's group (`P{s:gg}`, gg the first two hex digits of
@@ -15,4 +16,15 @@ end
 -- parts as strings (nil if the value is not one).
 local function unpack_mapping(value)
   return string.match(value, '^(%d+):(%-?%d+):(%-?%d+)$')
+end
+
+-- The node a new session goes to: `preferred` (the caller's strategy's
+-- choice) if it is up and not `stale` (a node the caller saw fail), else
+-- the up node with the fewest active sessions; nil when no node is up.
+-- `placeable` is the zset of up nodes scored by active sessions.
+local function choose_node(placeable, stale, preferred)
+  if preferred ~= '' and preferred ~= stale and redis.call('ZSCORE', placeable, preferred) then
+    return preferred
+  end
+  return redis.call('ZRANGE', placeable, 0, 0)[1]
 end

@@ -20,12 +20,7 @@ if redis.call('EXISTS', KEYS[2]) == 0 then
   return {'', -1, ''}
 end
 local stale, preferred = ARGV[1], ARGV[2]
-local node = nil
-if preferred ~= '' and preferred ~= stale and redis.call('ZSCORE', KEYS[1], preferred) then
-  node = preferred
-else
-  node = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
-end
+local node = choose_node(KEYS[1], stale, preferred)
 if not node then
   return false
 end

@@ -166,13 +166,7 @@ impl SessionStore {
                 created,
             }));
         }
-        Err(super::StoreError {
-            context: "placing a session in Redis",
-            source: redis::RedisError::from((
-                redis::ErrorKind::Client,
-                "the session stays mapped to a node Redis does not know",
-            )),
-        })
+        Err(mapped_to_unknown_node())
     }
 
     /// [`place`](Self::place) on a single Redis: both steps in one script
@@ -228,13 +222,7 @@ impl SessionStore {
                 created: created == 1,
             }));
         }
-        Err(super::StoreError {
-            context: "placing a session in Redis",
-            source: redis::RedisError::from((
-                redis::ErrorKind::Client,
-                "the session stays mapped to a node Redis does not know",
-            )),
-        })
+        Err(mapped_to_unknown_node())
     }
 
     /// Drops every session still mapped to `address`, under the node's
@@ -397,6 +385,18 @@ impl SessionStore {
             unmapped.extend(ids?);
         }
         Ok(unmapped)
+    }
+}
+
+/// A placement that kept finding the session mapped to a node number Redis
+/// has no address for.
+fn mapped_to_unknown_node() -> super::StoreError {
+    super::StoreError {
+        context: "placing a session in Redis",
+        source: redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "the session stays mapped to a node Redis does not know",
+        )),
     }
 }
 

@@ -11,6 +11,33 @@ use std::time::Duration;
 use common::{now_ms, spawn_app_with, start_nodes, test_config, unique};
 use nodes_control::store::{FenceReason, Journal, NodeState};
 
+/// What a cleaner writes before its `/clean`, under the node's lock: the
+/// fence (stale after `ttl`) and the journal of a selective clean of
+/// `leaving` under a fresh token.
+async fn begin_clean(
+    app: &common::TestApp,
+    lock: &nodes_control::store::lock::NodeLock,
+    leaving: &str,
+    ttl: Duration,
+) -> Journal {
+    let (store, addr) = (&app.ctx.store, lock.node());
+    let seq = store
+        .raise_fence(lock.lock(), addr, ttl, FenceReason::Clean)
+        .await
+        .unwrap();
+    let journal = Journal {
+        seq,
+        generation: Some(app.ctx.archive.issue_token(addr).await.unwrap()),
+        leaving: vec![leaving.to_owned()],
+        selective: true,
+    };
+    assert!(store
+        .put_journal(lock.lock(), addr, &journal)
+        .await
+        .unwrap());
+    journal
+}
+
 #[tokio::test]
 async fn a_clean_records_its_token_as_the_nodes_epoch_and_presses_carry_it() {
     let app = spawn_app_with(test_config()).await;
@@ -117,23 +144,9 @@ async fn an_interrupted_clean_the_node_never_got_is_sent_again_not_assumed() {
     let second = common::TestNode::start("n2", false);
     app.add_node(&second.address, "n2").await;
     let (store, archive) = (&app.ctx.store, &app.ctx.archive);
-    let (addr, s) = (&addr, &s);
-    common::under_node_lock(store, addr, |lock| async move {
-        let seq = store
-            .raise_fence(lock.lock(), addr, Duration::ZERO, FenceReason::Clean)
-            .await
-            .unwrap();
-        let generation = archive.issue_token(addr).await.unwrap();
-        let journal = Journal {
-            seq,
-            generation: Some(generation),
-            leaving: vec![s.clone()],
-            selective: true,
-        };
-        assert!(store
-            .put_journal(lock.lock(), addr, &journal)
-            .await
-            .unwrap());
+    let (app_ref, s_ref) = (&app, s.as_str());
+    common::under_node_lock(store, &addr, |lock| async move {
+        begin_clean(app_ref, &lock, s_ref, Duration::ZERO).await;
     })
     .await;
     // The stale fence is found and the clean finished: sent, then settled.
@@ -141,11 +154,11 @@ async fn an_interrupted_clean_the_node_never_got_is_sent_again_not_assumed() {
     assert_eq!(report.recovered, 1, "{report:?}");
     assert!(store.fences().await.unwrap().is_empty());
     assert_eq!(
-        archive.total(s).await.unwrap(),
+        archive.total(&s).await.unwrap(),
         Some(5),
         "the node archived"
     );
-    let answer = app.press(s).await;
+    let answer = app.press(&s).await;
     assert_eq!(answer.served_by.as_deref(), Some("n2"));
     assert_eq!(answer.clicks(), 6, "not restarted from 0");
     assert_eq!(app.press(&stays).await.clicks(), 2);
@@ -172,7 +185,7 @@ async fn a_cleaner_resuming_after_its_lock_passed_on_changes_nothing() {
     let app = spawn_app_with(test_config()).await;
     let nodes = start_nodes(&app, 1, false).await;
     let addr = nodes[0].address.clone();
-    let (store, archive) = (&app.ctx.store, &app.ctx.archive);
+    let store = &app.ctx.store;
     let s = unique("resumed");
     for _ in 0..3 {
         app.press(&s).await;
@@ -180,21 +193,8 @@ async fn a_cleaner_resuming_after_its_lock_passed_on_changes_nothing() {
     let lock_key = store.key(&["lock", &format!("node:{addr}")]);
     let (app_ref, addr_ref, s_ref) = (&app, addr.as_str(), s.as_str());
     common::under_node_lock(store, addr_ref, |lock| async move {
-        let seq = store
-            .raise_fence(lock.lock(), addr_ref, Duration::ZERO, FenceReason::Clean)
-            .await
-            .unwrap();
-        let generation = archive.issue_token(addr_ref).await.unwrap();
-        let journal = Journal {
-            seq,
-            generation: Some(generation),
-            leaving: vec![s_ref.to_owned()],
-            selective: true,
-        };
-        assert!(store
-            .put_journal(lock.lock(), addr_ref, &journal)
-            .await
-            .unwrap());
+        let journal = begin_clean(app_ref, &lock, s_ref, Duration::ZERO).await;
+        let (seq, generation) = (journal.seq, journal.generation.unwrap());
         let clean = serde_json::json!({
             "archive": true, "session_ids": [s_ref], "generation": generation
         });
@@ -256,32 +256,16 @@ async fn a_cleaner_resuming_after_its_lock_passed_on_changes_nothing() {
 async fn a_fence_never_comes_down_over_an_unsettled_journal() {
     let app = spawn_app_with(test_config()).await;
     let nodes = start_nodes(&app, 1, false).await;
-    let (store, archive) = (&app.ctx.store, &app.ctx.archive);
+    let store = &app.ctx.store;
     let s = unique("journaled");
     for _ in 0..2 {
         app.press(&s).await;
     }
     let (addr, s_ref) = (nodes[0].address.as_str(), s.as_str());
+    let app_ref = &app;
     let journal_seq = common::under_node_lock(store, addr, |lock| async move {
-        let seq = store
-            .raise_fence(
-                lock.lock(),
-                addr,
-                Duration::from_secs(3600),
-                FenceReason::Clean,
-            )
-            .await
-            .unwrap();
-        let journal = Journal {
-            seq,
-            generation: Some(archive.issue_token(addr).await.unwrap()),
-            leaving: vec![s_ref.to_owned()],
-            selective: true,
-        };
-        assert!(store
-            .put_journal(lock.lock(), addr, &journal)
-            .await
-            .unwrap());
+        let journal = begin_clean(app_ref, &lock, s_ref, Duration::from_secs(3600)).await;
+        let seq = journal.seq;
         assert!(
             !store
                 .put_journal(lock.lock(), addr, &journal)
