@@ -14,6 +14,7 @@ use crate::clock::Clock;
 use crate::cluster::{HealthChecker, NodeAdmin, NodeRegistry};
 use crate::config::{Config, HealthCheck};
 use crate::http::{self, ApiContext, Services};
+use crate::lifecycle::detached::Detached;
 use crate::lifecycle::fence::Lease;
 use crate::lifecycle::{FenceWatcher, NodeCleaner, Rebuilder, Registry, Sweeper};
 use crate::nodes::{NodeAddress, NodeClient, NodeTable, Probe, Selector};
@@ -34,6 +35,7 @@ pub struct Application {
     fences_followed: Arc<std::sync::atomic::AtomicBool>,
     /// `NODES` not registered yet because Redis was away at start-up.
     pending_nodes: Vec<String>,
+    detached: Detached,
     config: Config,
 }
 
@@ -111,11 +113,14 @@ impl Application {
         // Fence events (raises, lowers, acks) wake the cleaners waiting on them.
         let events = Arc::new(tokio::sync::Notify::new());
         let lease = Arc::new(Lease::new(config.lease()));
+        // This application's cleans and admin operations, waited for at shutdown.
+        let detached = Detached::default();
         let cleaner = NodeCleaner::new(
             store.clone(),
             archive.clone(),
             client.clone(),
             table.clone(),
+            detached.clone(),
             // A silent replica is waited out until its lease and any press
             // it started under it are surely over.
             config.node_timeout() + config.lease(),
@@ -130,9 +135,31 @@ impl Application {
         );
         let fences = FenceWatcher::new(store.clone(), table.clone(), events, lease.clone());
         archive.set_replica(fences.replica_id());
-        let rebuilder = Rebuilder::new(cleaner.clone(), client.clone());
-        let registry = NodeRegistry::new(cleaner, client.clone());
-        let admin = NodeAdmin::new(registry.clone());
+        let rebuilder = Rebuilder::new(
+            store.clone(),
+            archive.clone(),
+            cleaner.clone(),
+            client.clone(),
+            table.clone(),
+            detached.clone(),
+        );
+        let registry = NodeRegistry::new(
+            store.clone(),
+            archive.clone(),
+            table.clone(),
+            client.clone(),
+            cleaner.clone(),
+            detached.clone(),
+        );
+        let admin = NodeAdmin::new(
+            registry.clone(),
+            store.clone(),
+            archive.clone(),
+            table.clone(),
+            client.clone(),
+            cleaner,
+            detached.clone(),
+        );
         let placement = config.placement.strategy().map(|kind| {
             Selector::new(
                 kind,
@@ -158,12 +185,15 @@ impl Application {
         let sessions = SessionService::new(
             registry.clone(),
             sweeper.clone(),
-            placement,
-            config.session_ttl(),
-            config.node_timeout(),
+            store.clone(),
+            archive.clone(),
+            client.clone(),
             fences_followed.clone(),
             MappingCache::new(lease),
         )
+        .with_placement(placement)
+        .with_ttl(config.session_ttl())
+        .with_node_timeout(config.node_timeout())
         .with_history(config.session_history_secs > 0)
         .with_queue_timeout(config.node_queue_timeout());
         let listener = TcpListener::bind(&config.listen_addr)
@@ -221,6 +251,7 @@ impl Application {
             supervisor: Supervisor::default(),
             fences_followed,
             pending_nodes,
+            detached,
             ctx,
             config,
         })
@@ -410,7 +441,7 @@ impl Application {
             .unwrap_or_else(|e| e.into_inner())
             .unwrap_or_else(tokio::time::Instant::now);
         let left = limits.grace.saturating_sub(started.elapsed());
-        if !crate::lifecycle::detached::wait_for_detached(left).await {
+        if !self.detached.wait(left).await {
             warn!("cleans still running at the end of the grace period; their journals let another replica finish them");
         }
         info!("nodes-control stopped");

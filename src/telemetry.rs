@@ -32,7 +32,9 @@ pub fn init(format: LogFormat) {
 /// Per-node gauges are set for every node of the view at each health round;
 /// a gauge not set for `3 x health_interval` (at least 2 s) is dropped,
 /// so a removed node's series leave `/metrics` instead of firing a down
-/// alert for ever. Counters and histograms are never dropped.
+/// alert for ever. Counters and histograms are never dropped by the
+/// exporter: [`without_other_nodes`] leaves out, at each scrape, the
+/// samples of nodes that are not in this replica's view.
 pub fn metrics_handle(health_interval: Duration) -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
@@ -162,4 +164,66 @@ fn describe() {
         "nodes_control_node_in_flight",
         "Presses in flight from this replica to the node, by address and name."
     );
+}
+
+/// `text` (Prometheus' text format) without the samples whose `address`
+/// label names a node for which `known` is false. The exporter keeps every
+/// series it ever created, so a removed node's press counters would stay in
+/// every scrape; and applications sharing a process (the tests) share its
+/// recorder. Lines without an `address` label pass as they are.
+pub fn without_other_nodes(text: &str, known: impl Fn(&str) -> bool) -> String {
+    let mut kept = String::with_capacity(text.len());
+    for line in text.lines() {
+        if line.starts_with('#') || address_label(line).is_none_or(&known) {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+    }
+    kept
+}
+
+/// The value of a sample line's `address` label (addresses hold no `"` or
+/// `\\`, so there is nothing to unescape).
+fn address_label(line: &str) -> Option<&str> {
+    let labels = &line[line.find('{')? + 1..];
+    let labels = &labels[..labels.find('}')?];
+    let start = labels
+        .match_indices("address=\"")
+        .find(|(at, _)| *at == 0 || labels[..*at].ends_with(','))?
+        .0
+        + "address=\"".len();
+    let value = &labels[start..];
+    Some(&value[..value.find('"')?])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SCRAPE: &str = "# HELP nodes_control_node_presses_total Presses forwarded to a node.
+# TYPE nodes_control_node_presses_total counter
+nodes_control_node_presses_total{address=\"http://a:1\",name=\"a\",outcome=\"ok\"} 5
+nodes_control_node_presses_total{address=\"http://gone:1\",name=\"gone\",outcome=\"ok\"} 7
+nodes_control_process_requests_total{strategy=\"rr\",address=\"http://gone:1\",name=\"gone\"} 1
+nodes_control_presses_total{outcome=\"ok\"} 12
+nodes_control_sweeps_total 3
+";
+
+    #[test]
+    fn a_node_outside_the_view_leaves_no_sample_and_the_rest_stays() {
+        let kept = without_other_nodes(SCRAPE, |address| address == "http://a:1");
+        assert!(!kept.contains("gone"), "{kept}");
+        assert!(kept.contains("address=\"http://a:1\""), "{kept}");
+        assert!(kept.contains("nodes_control_presses_total{outcome=\"ok\"} 12"));
+        assert!(kept.contains("nodes_control_sweeps_total 3"));
+        assert!(kept.contains("# TYPE nodes_control_node_presses_total counter"));
+    }
+
+    #[test]
+    fn only_the_address_label_itself_is_read() {
+        let line = "m{node_address=\"http://x:1\",address=\"http://a:1\"} 1";
+        assert_eq!(address_label(line), Some("http://a:1"));
+        assert_eq!(address_label("m{node_address=\"http://x:1\"} 1"), None);
+        assert_eq!(address_label("m 1"), None);
+    }
 }

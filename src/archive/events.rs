@@ -20,7 +20,8 @@ pub enum Actor {
     HealthCheck,
     PressFailure,
     Clean,
-    Sweep,
+    /// A drain that finished (its last session left, or its deadline passed).
+    Drain,
     Rebuild,
 }
 
@@ -31,7 +32,7 @@ impl Actor {
             Actor::HealthCheck => "health_check",
             Actor::PressFailure => "press_failure",
             Actor::Clean => "clean",
-            Actor::Sweep => "sweep",
+            Actor::Drain => "drain",
             Actor::Rebuild => "rebuild",
         }
     }

@@ -4,7 +4,9 @@
 
 use super::{Archive, ArchiveResult};
 
-/// A node as Postgres remembers it.
+/// A node as Postgres remembers it. (The table's `generation` column was
+/// never given anything but 0 and is no longer read or written; it stays
+/// while releases that still write it may run beside this one.)
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct Member {
     pub address: String,
@@ -17,8 +19,6 @@ pub struct Member {
     pub draining: bool,
     /// The instance id the node reported when it was last wiped, if any.
     pub instance: Option<String>,
-    /// The token of the node's last wipe: its life.
-    pub generation: i64,
     /// The node's number (see the `node_numbers` migration): assigned by
     /// Postgres on the first upsert, never changed, never reused. Read
     /// only: [`Archive::upsert_member`] ignores it and returns the real one.
@@ -31,11 +31,11 @@ impl Archive {
     pub async fn upsert_member(&self, member: &Member) -> ArchiveResult<u64> {
         self.run("recording a node in Postgres", async {
             sqlx::query_scalar::<_, i64>(
-                "INSERT INTO nodes (cluster, address, name, weight, state, instance, generation)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                "INSERT INTO nodes (cluster, address, name, weight, state, instance)
+                 VALUES ($1, $2, $3, $4, $5, $6)
                  ON CONFLICT (cluster, address) DO UPDATE SET name = EXCLUDED.name,
                    weight = EXCLUDED.weight, state = EXCLUDED.state,
-                   instance = EXCLUDED.instance, generation = EXCLUDED.generation,
+                   instance = EXCLUDED.instance,
                    updated_at = now()
                  RETURNING number",
             )
@@ -45,7 +45,6 @@ impl Archive {
             .bind(member.weight)
             .bind(&member.state)
             .bind(&member.instance)
-            .bind(member.generation)
             .fetch_one(self.pool())
             .await
             .map(|number| number as u64)
@@ -141,7 +140,7 @@ impl Archive {
     pub async fn members(&self) -> ArchiveResult<Vec<Member>> {
         self.run("listing nodes in Postgres", async {
             sqlx::query_as(
-                "SELECT address, name, weight, state, draining, instance, generation, number
+                "SELECT address, name, weight, state, draining, instance, number
                  FROM nodes WHERE cluster = $1 ORDER BY address",
             )
             .bind(self.cluster())

@@ -10,7 +10,7 @@ use tracing::{info, warn};
 use super::registry::NodeRegistry;
 use crate::archive::events::{Actor, NodeEvent};
 use crate::archive::{Archive, ArchiveError, Member};
-use crate::lifecycle::detached::detached_under_node_lock;
+use crate::lifecycle::detached::Detached;
 use crate::lifecycle::{CleanError, NodeCleaner};
 use crate::nodes::address::{AddressError, NodeAddress};
 use crate::nodes::client::{NodeClient, NodeHealth};
@@ -126,17 +126,27 @@ pub struct NodeAdmin {
     table: Arc<NodeTable>,
     client: NodeClient,
     cleaner: NodeCleaner,
+    detached: Detached,
 }
 
 impl NodeAdmin {
-    pub fn new(registry: NodeRegistry) -> Self {
+    pub fn new(
+        registry: NodeRegistry,
+        store: SessionStore,
+        archive: Archive,
+        table: Arc<NodeTable>,
+        client: NodeClient,
+        cleaner: NodeCleaner,
+        detached: Detached,
+    ) -> Self {
         Self {
-            store: registry.cleaner().store().clone(),
-            archive: registry.cleaner().archive().clone(),
-            table: registry.table().clone(),
-            client: registry.client().clone(),
-            cleaner: registry.cleaner().clone(),
             registry,
+            store,
+            archive,
+            table,
+            client,
+            cleaner,
+            detached,
         }
     }
 
@@ -229,7 +239,6 @@ impl NodeAdmin {
                     state: state.as_str().to_owned(),
                     draining: false,
                     instance: health.instance,
-                    generation: 0,
                     number: 0,
                 })
                 .await?;
@@ -359,7 +368,7 @@ impl NodeAdmin {
             } else {
                 continue;
             };
-            match self.remove_as(&record.address, Actor::Sweep, reason).await {
+            match self.remove_as(&record.address, Actor::Drain, reason).await {
                 Ok(_) => removed.push(record.address),
                 Err(AdminError::UnknownNode(_) | AdminError::Busy(_)) => {}
                 Err(error) => warn!(node = %record.address, %error, "could not finish a drain"),
@@ -488,14 +497,15 @@ impl NodeAdmin {
     {
         let busy = AdminError::Busy(addr.to_owned());
         let this = self.clone();
-        detached_under_node_lock(
-            self.store.clone(),
-            addr.to_owned(),
-            LOCK_WAIT,
-            || busy,
-            AdminError::Task,
-            move |lock| op(this, lock),
-        )
-        .await
+        self.detached
+            .under_node_lock(
+                self.store.clone(),
+                addr.to_owned(),
+                LOCK_WAIT,
+                || busy,
+                AdminError::Task,
+                move |lock| op(this, lock),
+            )
+            .await
     }
 }

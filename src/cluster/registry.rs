@@ -9,7 +9,8 @@ use tracing::{info, warn};
 
 use crate::archive::events::{Actor, NodeEvent};
 use crate::archive::Archive;
-use crate::lifecycle::detached::detached_under_node_lock;
+use crate::lifecycle::detached::Detached;
+use crate::lifecycle::down::record_marked_down;
 use crate::lifecycle::{CleanError, NodeCleaner};
 use crate::nodes::client::NodeClient;
 use crate::nodes::table::{NodeEntry, NodeTable};
@@ -23,6 +24,7 @@ pub struct NodeRegistry {
     table: Arc<NodeTable>,
     client: NodeClient,
     cleaner: NodeCleaner,
+    detached: Detached,
     refreshes: Arc<Refreshes>,
 }
 
@@ -40,23 +42,23 @@ struct Refreshes {
 }
 
 impl NodeRegistry {
-    pub fn new(cleaner: NodeCleaner, client: NodeClient) -> Self {
+    pub fn new(
+        store: SessionStore,
+        archive: Archive,
+        table: Arc<NodeTable>,
+        client: NodeClient,
+        cleaner: NodeCleaner,
+        detached: Detached,
+    ) -> Self {
         Self {
-            store: cleaner.store().clone(),
-            archive: cleaner.archive().clone(),
-            table: cleaner.table().clone(),
+            store,
+            archive,
+            table,
             client,
             cleaner,
+            detached,
             refreshes: Arc::default(),
         }
-    }
-
-    pub fn cleaner(&self) -> &NodeCleaner {
-        &self.cleaner
-    }
-
-    pub fn client(&self) -> &NodeClient {
-        &self.client
     }
 
     pub fn table(&self) -> &Arc<NodeTable> {
@@ -134,20 +136,15 @@ impl NodeRegistry {
     ) {
         match change {
             Ok(StateChange::Changed(before)) => {
-                metrics::counter!("nodes_control_nodes_marked_down_total").increment(1);
-                warn!(node = %entry.address, name = %entry.name, %reason, "node marked down");
-                self.cleaner.archive().record(
-                    NodeEvent::new(actor, &entry.address, "marked_down")
-                        .states(Some(before.as_str()), Some("down"))
-                        .reason(reason),
-                );
-                if let Err(error) = self
-                    .store
-                    .set_node_notes(&entry.address, reason, None)
-                    .await
-                {
-                    warn!(node = %entry.address, %error, "could not record why the node is down");
-                }
+                record_marked_down(
+                    &self.store,
+                    &self.archive,
+                    &entry.address,
+                    actor,
+                    before,
+                    reason,
+                )
+                .await;
             }
             Ok(StateChange::Unexpected | StateChange::LastUp) => {}
             Err(error) => {
@@ -170,13 +167,13 @@ impl NodeRegistry {
     fn record_down_later(&self, entry: &NodeEntry, actor: Actor, reason: &str) {
         entry.hold_down(true);
         let (this, address, reason) = (self.clone(), entry.address.clone(), reason.to_owned());
-        let (failed, epoch) = (self.cleaner.table().get(&address), entry.fence_epoch());
-        crate::lifecycle::detached::spawn_tracked(async move {
+        let (failed, epoch) = (self.table.get(&address), entry.fence_epoch());
+        self.detached.spawn(async move {
             let mut pause = std::time::Duration::from_millis(50);
             loop {
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(std::time::Duration::from_secs(1));
-                let entry = match (this.cleaner.table().get(&address), &failed) {
+                let entry = match (this.table.get(&address), &failed) {
                     (Some(now), Some(then)) if std::sync::Arc::ptr_eq(&now, then) => now,
                     _ => return, // removed (or added again) meanwhile
                 };
@@ -282,14 +279,15 @@ impl NodeRegistry {
             this.refresh().await?;
             Ok(true)
         };
-        detached_under_node_lock(
-            self.store.clone(),
-            addr.to_owned(),
-            LOCK_WAIT,
-            || busy,
-            CleanError::Task,
-            work,
-        )
-        .await
+        self.detached
+            .under_node_lock(
+                self.store.clone(),
+                addr.to_owned(),
+                LOCK_WAIT,
+                || busy,
+                CleanError::Task,
+                work,
+            )
+            .await
     }
 }

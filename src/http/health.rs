@@ -21,12 +21,16 @@ pub async fn metrics(
         admin?;
     }
     ctx.metrics.run_upkeep();
+    let table = ctx.admin.registry().table();
+    let text = crate::telemetry::without_other_nodes(&ctx.metrics.render(), |address| {
+        table.get(address).is_some()
+    });
     Ok((
         [(
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4",
         )],
-        ctx.metrics.render(),
+        text,
     ))
 }
 

@@ -13,7 +13,7 @@
 //! until a sweep finds it stale and finishes the journal (a second fold is a
 //! no-op).
 //!
-//! Every operation runs in a task of its own ([`detached`]): a press that
+//! Every operation runs in a task of its own ([`Detached`]): a press that
 //! started it may be cancelled, the operation is not.
 
 use std::collections::HashSet;
@@ -23,8 +23,9 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
-use super::detached::{detached_under_node_lock, spawn_tracked};
-use crate::archive::events::{Actor, NodeEvent};
+use super::detached::Detached;
+use super::down::record_marked_down;
+use crate::archive::events::Actor;
 use crate::archive::{Archive, ArchiveError};
 use crate::nodes::{CleanOutcome, NodeCallError, NodeClient, NodeTable};
 use crate::store::lock::{NodeLock, LOCK_TTL_MS, LOCK_WAIT};
@@ -86,6 +87,7 @@ pub struct NodeCleaner {
     archive: Archive,
     client: NodeClient,
     table: Arc<NodeTable>,
+    detached: Detached,
     /// A replica whose heartbeat is older than this is presumed dead and
     /// not waited for. Longer than a press can take, so a replica cut off
     /// from Redis has finished its in-flight presses before it is ignored.
@@ -105,6 +107,7 @@ impl NodeCleaner {
         archive: Archive,
         client: NodeClient,
         table: Arc<NodeTable>,
+        detached: Detached,
         silence: Duration,
         events: Arc<Notify>,
     ) -> Self {
@@ -113,6 +116,7 @@ impl NodeCleaner {
             archive,
             client,
             table,
+            detached,
             liveness: silence + Duration::from_secs(1),
             ack_timeout: silence + Duration::from_secs(2),
             events,
@@ -129,15 +133,16 @@ impl NodeCleaner {
         let node = addr.to_owned();
         let busy = move || CleanError::Busy { node };
         let this = self.clone();
-        detached_under_node_lock(
-            self.store.clone(),
-            addr.to_owned(),
-            wait,
-            busy,
-            CleanError::Task,
-            move |lock| op(this, lock),
-        )
-        .await
+        self.detached
+            .under_node_lock(
+                self.store.clone(),
+                addr.to_owned(),
+                wait,
+                busy,
+                CleanError::Task,
+                move |lock| op(this, lock),
+            )
+            .await
     }
 
     /// Archives the expired sessions `ids` of a node and unmaps them; the
@@ -340,7 +345,7 @@ impl NodeCleaner {
     /// not keep the node fenced until the fence's deadline once Redis is back.
     fn lower_unless_journaled(&self, addr: &str, seq: u64) {
         let (this, addr) = (self.clone(), addr.to_owned());
-        spawn_tracked(async move {
+        self.detached.spawn(async move {
             let give_up = tokio::time::Instant::now() + Duration::from_millis(LOCK_TTL_MS);
             while tokio::time::Instant::now() < give_up {
                 match this.store.journal(&addr).await {
@@ -478,14 +483,16 @@ impl NodeCleaner {
                 &[NodeState::Up, NodeState::Draining],
             )
             .await?;
-        self.store.set_node_notes(addr, reason, None).await?;
         if let Some(before) = before {
-            self.archive.record(
-                NodeEvent::new(Actor::Clean, addr, "marked_down")
-                    .states(Some(before.as_str()), Some("down"))
-                    .reason(reason),
-            );
-            metrics::counter!("nodes_control_nodes_marked_down_total").increment(1);
+            record_marked_down(
+                &self.store,
+                &self.archive,
+                addr,
+                Actor::Clean,
+                before,
+                reason,
+            )
+            .await;
         }
         Ok(())
     }
@@ -753,17 +760,5 @@ impl NodeCleaner {
         if let Err(error) = self.store.lower_fence(addr, seq).await {
             warn!(node = %addr, %error, "could not lower a fence; the sweep will");
         }
-    }
-
-    pub fn table(&self) -> &Arc<NodeTable> {
-        &self.table
-    }
-
-    pub fn archive(&self) -> &Archive {
-        &self.archive
-    }
-
-    pub fn store(&self) -> &SessionStore {
-        &self.store
     }
 }

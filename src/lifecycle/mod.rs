@@ -5,6 +5,7 @@
 
 pub mod cleaner;
 pub mod detached;
+pub mod down;
 pub mod fence;
 pub mod rebuild;
 pub mod sweep;

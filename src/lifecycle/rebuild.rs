@@ -11,16 +11,17 @@
 //! it) and `/readyz` answers 503; every session's next press then restores
 //! it from the archive, at its exact count.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::{info, warn};
 
 use super::cleaner::{CleanError, NodeCleaner};
-use super::detached::detached;
+use super::detached::Detached;
 use super::fence::HEARTBEAT;
 use crate::archive::events::{Actor, NodeEvent};
 use crate::archive::{Archive, Member};
-use crate::nodes::{NodeClient, Offers};
+use crate::nodes::{NodeClient, NodeTable, Offers};
 use crate::store::lock::{with_lock, with_node_lock, LOCK_WAIT};
 use crate::store::{NodeRecord, NodeState, SessionStore};
 
@@ -39,15 +40,26 @@ pub struct Rebuilder {
     cleaner: NodeCleaner,
     /// To detect what each restored node offers.
     client: NodeClient,
+    table: Arc<NodeTable>,
+    detached: Detached,
 }
 
 impl Rebuilder {
-    pub fn new(cleaner: NodeCleaner, client: NodeClient) -> Self {
+    pub fn new(
+        store: SessionStore,
+        archive: Archive,
+        cleaner: NodeCleaner,
+        client: NodeClient,
+        table: Arc<NodeTable>,
+        detached: Detached,
+    ) -> Self {
         Self {
-            store: cleaner.store().clone(),
-            archive: cleaner.archive().clone(),
+            store,
+            archive,
             cleaner,
             client,
+            table,
+            detached,
         }
     }
 
@@ -70,21 +82,23 @@ impl Rebuilder {
             return Ok(Registry::Ready);
         }
         let this = self.clone();
-        detached(
-            async move {
-                let store = this.store.clone();
-                let busy = || CleanError::Busy {
-                    node: "registry".into(),
-                };
-                match with_lock(&store, "registry", Duration::ZERO, busy, |_| this.rebuild()).await
-                {
-                    Err(CleanError::Busy { .. }) => Ok(Registry::Rebuilding),
-                    other => other,
-                }
-            },
-            CleanError::Task,
-        )
-        .await
+        self.detached
+            .run(
+                async move {
+                    let store = this.store.clone();
+                    let busy = || CleanError::Busy {
+                        node: "registry".into(),
+                    };
+                    match with_lock(&store, "registry", Duration::ZERO, busy, |_| this.rebuild())
+                        .await
+                    {
+                        Err(CleanError::Busy { .. }) => Ok(Registry::Rebuilding),
+                        other => other,
+                    }
+                },
+                CleanError::Task,
+            )
+            .await
     }
 
     async fn rebuild(&self) -> Result<Registry, CleanError> {
@@ -148,7 +162,6 @@ impl Rebuilder {
                     state: record.state.as_str().to_owned(),
                     draining: false,
                     instance: None,
-                    generation: 0,
                     number: 0,
                 })
                 .await?;
@@ -219,7 +232,7 @@ impl Rebuilder {
                         .set_drain_until(&addr, crate::clock::wall_ms())
                         .await?;
                 }
-                self.cleaner.table().upsert(&record);
+                self.table.upsert(&record);
                 let mut event = NodeEvent::new(Actor::Rebuild, &addr, "rebuilt")
                     .states(Some(member.state.as_str()), Some(state.as_str()));
                 if let Some(reason) = &record.reason {

@@ -145,32 +145,60 @@ enum Attempt {
     Failed(NodeCallError, Held),
 }
 
+/// The press budget ([`SessionService`]'s `budget`) for a node timeout.
+fn press_budget(node_timeout: Duration) -> Duration {
+    node_timeout * 3 + Duration::from_secs(2)
+}
+
 impl SessionService {
+    /// With the default TTL and node timeout until
+    /// [`with_ttl`](Self::with_ttl) and
+    /// [`with_node_timeout`](Self::with_node_timeout) say otherwise.
     pub fn new(
         registry: NodeRegistry,
         sweeper: Sweeper,
-        placement: Option<Selector>,
-        ttl: Duration,
-        node_timeout: Duration,
+        store: SessionStore,
+        archive: Archive,
+        client: NodeClient,
         fences_followed: Arc<AtomicBool>,
         cache: MappingCache,
     ) -> Self {
         Self {
             clock: sweeper.clock().clone(),
-            store: registry.cleaner().store().clone(),
-            archive: registry.cleaner().archive().clone(),
-            client: registry.client().clone(),
+            store,
+            archive,
+            client,
             registry,
             sweeper,
-            placement: placement.map(Arc::new),
-            ttl,
-            budget: node_timeout * 3 + Duration::from_secs(2),
+            placement: None,
+            ttl: Duration::from_secs(crate::config::DEFAULT_SESSION_TTL_SECS),
+            budget: press_budget(Duration::from_millis(
+                crate::config::DEFAULT_NODE_TIMEOUT_MS,
+            )),
             fences_followed,
             cache: Arc::new(cache),
             history: false,
             queue_timeout: Duration::from_millis(crate::config::DEFAULT_NODE_QUEUE_TIMEOUT_MS),
             carried: tokio_util::task::TaskTracker::new(),
         }
+    }
+
+    /// New sessions go where `placement` picks (least-sessions without one).
+    pub fn with_placement(mut self, placement: Option<Selector>) -> Self {
+        self.placement = placement.map(Arc::new);
+        self
+    }
+
+    /// Sessions live `ttl` from their first press.
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// A press's whole budget follows from its node's timeout.
+    pub fn with_node_timeout(mut self, node_timeout: Duration) -> Self {
+        self.budget = press_budget(node_timeout);
+        self
     }
 
     /// Presses wait at most `wait` for their node's limit.

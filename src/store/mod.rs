@@ -14,7 +14,7 @@
 //! | `P{ctl}node_numbers`, `P{ctl}node_addresses` | hash | node address <-> number (Postgres assigns numbers and never reuses one, so a replica remembers number -> address for good) |
 //! | `P{ctl}nodes` | zset | node address by registration time |
 //! | `P{ctl}node:{addr}` | hash | `name`, `weight`, `state`, `number`, `instance`, `reason`, `drain_until` |
-//! | `P{ctl}counts` | hash | node address -> active sessions (see [`groups`]: the groups hold the exact counts, this is their sum) |
+//! | `P{ctl}counts` | hash | node address -> active sessions, moved by the placement and unmapping scripts and set again from the sizes of the node's indexes by every sweep's tally (`groups::tally`) |
 //! | `P{ctl}placeable` | zset | up nodes scored by active sessions (placement is `ZRANGE 0 0`) |
 //! | `P{ctl}lock:{name}` | string | short admin locks (one operation per node at a time), renewed while held |
 //! | `P{ctl}fences`, `fence_seq`, `fence_acks:{addr}:{seq}`, `replicas`, `journal:{addr}` | | the clean fence, see [`fences`] |
@@ -28,8 +28,7 @@
 //! | key | type | holds |
 //! |---|---|---|
 //! | `P{s:gg}mappings:{gghh}` | hash | session id -> `{node number}:{base}:{expires at, ms}`; 256 buckets a group by the next two hex digits (small listpacks, not a key per session) |
-//! | `P{s:gg}expiring:{number}` | zset | the group's sessions on node `number`, scored by their end (ms): the sweep's index, exact (an entry leaves with its mapping) |
-//! | `P{s:gg}counts` | hash | node number -> the group's sessions on it, kept with the mappings in the same scripts |
+//! | `P{s:gg}expiring:{number}` | zset | the group's sessions on node `number`, scored by their end (ms): the sweep's index, exact (an entry leaves with its mapping), and its size the group's exact count of the node |
 //! | `P{s:gg}epoch` | string | the registry epoch the group belongs to: missing means this group's primary forgot |
 //!
 //! A `{` in the prefix itself would become the hash tag of every key: it

@@ -193,7 +193,7 @@ async fn a_drained_node_takes_no_new_session_serves_its_own_until_they_expire_th
     }
     let log = node_events(&app, &drained.address, 3).await;
     assert_eq!(log[0]["action"], "removed", "{log:?}");
-    assert_eq!(log[0]["actor"], "sweep");
+    assert_eq!(log[0]["actor"], "drain");
     assert_eq!(log[1]["action"], "draining");
     assert_eq!(log[1]["actor"], "admin");
 }

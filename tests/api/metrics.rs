@@ -1,6 +1,6 @@
 //! `GET /metrics` of a balancer process of its own (the recorder is global
 //! to a process, so these run the binary): every family described, counters
-//! present from the start, a removed node's series gone.
+//! present from the start, a removed node's series gone (counters too).
 
 use crate::common;
 
@@ -55,7 +55,7 @@ async fn every_family_is_described_and_counters_are_there_before_their_first_eve
 }
 
 #[tokio::test]
-async fn a_removed_node_s_gauges_leave_the_metrics_and_its_series_carry_address_and_name() {
+async fn a_removed_node_leaves_no_series_and_a_node_s_series_carry_address_and_name() {
     let balancer = BalancerProcess::start(&[], std::process::Stdio::null()).await;
     let node = TestNode::start("m1", false);
     balancer.node("add", &node.address).await;
@@ -100,23 +100,30 @@ async fn a_removed_node_s_gauges_leave_the_metrics_and_its_series_carry_address_
     balancer.node("remove", &node.address).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
-        // Its state gauges go (no down alert for a node removed on
-        // purpose); its counters stay, as counters do.
+        // Every series of the node goes, its counters too: no down alert
+        // for a node removed on purpose, no dead address in every scrape.
         let text = balancer.metrics().await;
-        let gauges = [
-            "nodes_control_node_healthy{",
-            "nodes_control_node_in_flight{",
-        ];
-        let left = text
+        let left: Vec<&str> = text
             .lines()
-            .any(|l| gauges.iter().any(|g| l.starts_with(g)) && l.contains(&node.address));
-        if !left {
+            .filter(|l| !l.starts_with('#') && l.contains(&node.address))
+            .collect();
+        if left.is_empty() {
             break;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the removed node's series stayed:\n{text}"
+            "the removed node's series stayed: {left:?}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // The families themselves stay, and what is not a node's.
+    let text = balancer.metrics().await;
+    assert!(
+        text.contains("# TYPE nodes_control_node_presses_total counter"),
+        "{text}"
+    );
+    assert!(
+        text.contains("nodes_control_presses_total{outcome=\"ok\"} 1"),
+        "{text}"
+    );
 }

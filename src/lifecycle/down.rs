@@ -1,0 +1,34 @@
+//! What every mark-down of a node records, whoever made it (the press
+//! path, the health checker, a clean the node did not answer): one
+//! counter, one log line, one event with the state it left, the reason on
+//! the node.
+
+use tracing::warn;
+
+use crate::archive::events::{Actor, NodeEvent};
+use crate::archive::Archive;
+use crate::store::{NodeState, SessionStore};
+
+/// Records that `addr` went from `before` to down for `reason`. The state
+/// itself is written by the caller, under whatever guard it holds; this
+/// runs only once that write changed it, so a node marked down twice is
+/// recorded once, with the first reason.
+pub async fn record_marked_down(
+    store: &SessionStore,
+    archive: &Archive,
+    addr: &str,
+    actor: Actor,
+    before: NodeState,
+    reason: &str,
+) {
+    metrics::counter!("nodes_control_nodes_marked_down_total").increment(1);
+    warn!(node = %addr, from = %before, %reason, "node marked down");
+    archive.record(
+        NodeEvent::new(actor, addr, "marked_down")
+            .states(Some(before.as_str()), Some("down"))
+            .reason(reason),
+    );
+    if let Err(error) = store.set_node_notes(addr, reason, None).await {
+        warn!(node = %addr, %error, "could not record why the node is down");
+    }
+}
