@@ -43,7 +43,7 @@ bench-press:
 bench-slow:
 	bash bench/slow-nodes.sh
 
-# The figures of the README's capacity plan: presses/s of one and two
+# The figures of docs/capacity.md: presses/s of one and two
 # replicas, Redis commands per press, per new session and per expiry, Redis
 # bytes per session (needs wrk, redis-server; see bench/capacity.sh).
 bench-capacity:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make bench-capacity`: the figures behind the README's capacity plan,
+# `make bench-capacity`: the figures behind docs/capacity.md,
 # measured on this machine against a Redis of its own and three click-nodes
 # (no simulated delay):
 #

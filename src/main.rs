@@ -1,7 +1,7 @@
 use clap::Parser;
 
 // The hot path allocates a little per request (bodies, keys); mimalloc
-// keeps that off glibc's slower arena paths (measured: see README).
+// keeps that off glibc's slower arena paths (measured: see docs/benchmarks.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use nodes_control::admin_cli::AdminCli;

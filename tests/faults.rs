@@ -3,7 +3,7 @@
 //! cut or silently blackholed through a proxy; clients hang up mid-clean.
 //! The checking client (`testkit::checker`) knows every session's true count and
 //! judges every answer. Each scenario prints a `FIGURES` line (run with
-//! `--nocapture` to see them; the README quotes them).
+//! `--nocapture` to see them; docs/faults.md quotes them).
 //!
 //! Must hold everywhere: no answer and no final count above the truth.
 //! Without a fault: no repeat, no gap, no error. With one: the clicks lost
@@ -385,7 +385,7 @@ async fn redis_restarted_from_its_aof_loses_nothing() {
 /// to 6 s, sessions expiring all along.
 async fn postgres_outage(blackhole: bool) -> (Report, Finals) {
     common::ensure_database().await;
-    let postgres = TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
+    let postgres = TcpProxy::start(testkit::postgres_addr()).await;
     let config = common::through_postgres_proxy(config(3), &postgres);
     let node_database_url = config.database_url.clone();
     let cluster = Cluster::start(config, 1, &node_database_url).await;
@@ -451,7 +451,7 @@ async fn a_client_that_resets_mid_clean_leaves_no_fence_or_lock_behind() {
                                        // The nodes reach Postgres through a proxy, blackholed during the
                                        // reset: their /clean then takes a second, so the client surely hangs
                                        // up in the middle of it.
-    let postgres = TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
+    let postgres = TcpProxy::start(testkit::postgres_addr()).await;
     let node_database_url = common::through_postgres_proxy(config.clone(), &postgres).database_url;
     let cluster = Cluster::start(config, 1, &node_database_url).await;
     let app = &cluster.apps[0];

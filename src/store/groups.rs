@@ -18,7 +18,7 @@ use super::routes::{owner, slot_of_tag, Primary};
 use super::{Context, SessionStore, StoreResult};
 
 /// How many groups sessions are spread over: enough to spread over the
-/// primaries of any cluster we plan for (see the README's capacity plan),
+/// primaries of any cluster we plan for (see docs/capacity.md),
 /// few enough that walking them all is one quick round of requests.
 pub const GROUPS: usize = 256;
 

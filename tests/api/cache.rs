@@ -10,7 +10,7 @@ use common::{spawn_app_with, start_nodes, test_config, unique, TcpProxy};
 
 /// A replica whose Redis goes through a proxy the test can watch and cut.
 async fn app_behind_redis_proxy(lease_ms: u64) -> (common::TestApp, TcpProxy) {
-    let redis = TcpProxy::start("127.0.0.1:6379".parse().unwrap()).await;
+    let redis = TcpProxy::start(testkit::single_redis_addr()).await;
     let mut config = test_config();
     config.redis_url = format!("redis://{}", redis.addr);
     config.lease_ms = lease_ms;

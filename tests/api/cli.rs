@@ -51,21 +51,22 @@ async fn the_admin_cli_adds_lists_drains_and_reads_the_log_and_sessions() {
     let removed = json(&admin(&app, &["remove", &node.address]).await);
     assert_eq!(removed["result"], "removed");
 
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
-        let log = json(&admin(&app, &["events", "--node", &node.address, "--limit", "10"]).await);
-        let actions: Vec<&str> = log
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| e["action"].as_str().unwrap())
-            .collect();
-        if actions == ["removed", "draining", "added"] {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{actions:?}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    testkit::eventually(
+        std::time::Duration::from_secs(5),
+        "the three events",
+        || async {
+            let log =
+                json(&admin(&app, &["events", "--node", &node.address, "--limit", "10"]).await);
+            let actions: Vec<String> = log
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["action"].as_str().unwrap().to_owned())
+                .collect();
+            testkit::holds(actions == ["removed", "draining", "added"], || actions)
+        },
+    )
+    .await;
 }
 
 #[tokio::test]

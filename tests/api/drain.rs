@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use common::{spawn_app, spawn_app_with, start_nodes, test_config, unique, TestApp, TestNode};
 use serde_json::{json, Value};
+use testkit::{eventually, holds};
 
 /// `GET /events` with a query; status and body.
 async fn events(app: &TestApp, query: &str) -> (u16, Value) {
@@ -24,31 +25,29 @@ async fn events(app: &TestApp, query: &str) -> (u16, Value) {
 /// The node's events, newest first, once at least `count` are written (the
 /// log is written in the background).
 async fn node_events(app: &TestApp, node: &str, count: usize) -> Vec<Value> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let (status, body) = events(app, &format!("?node={node}")).await;
-        assert_eq!(status, 200, "{body}");
-        let list = body.as_array().unwrap().clone();
-        if list.len() >= count {
-            return list;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{count} events expected: {list:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        Duration::from_secs(5),
+        &format!("{count} events"),
+        || async {
+            let (status, body) = events(app, &format!("?node={node}")).await;
+            assert_eq!(status, 200, "{body}");
+            let list = body.as_array().unwrap().clone();
+            if list.len() >= count {
+                Ok(list)
+            } else {
+                Err(list)
+            }
+        },
+    )
+    .await
 }
 
 async fn node_gone(app: &TestApp, address: &str, within: Duration) {
-    let deadline = tokio::time::Instant::now() + within;
-    while app.nodes().await.iter().any(|n| n["address"] == address) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{address} is still registered"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(within, &format!("{address} unregistered"), || async {
+        let nodes = app.nodes().await;
+        holds(!nodes.iter().any(|n| n["address"] == address), || nodes)
+    })
+    .await
 }
 
 /// The node's state as `GET /nodes` lists it (`None`: not registered).
@@ -61,11 +60,11 @@ async fn node_state(app: &TestApp, address: &str) -> Option<String> {
 }
 
 async fn node_marked_down(app: &TestApp, address: &str) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while node_state(app, address).await.as_deref() != Some("down") {
-        assert!(tokio::time::Instant::now() < deadline, "never marked down");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(Duration::from_secs(10), "marked down", || async {
+        let state = node_state(app, address).await;
+        holds(state.as_deref() == Some("down"), || state)
+    })
+    .await
 }
 
 #[tokio::test]

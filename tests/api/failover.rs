@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{spawn_app_with, spawn_cluster, start_nodes, test_config, unique, TcpProxy};
+use testkit::{eventually, holds};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_node_s_sessions_continue_on_the_others_without_client_errors() {
@@ -91,7 +92,7 @@ async fn a_killed_node_s_sessions_continue_on_the_others_without_client_errors()
 
 #[tokio::test]
 async fn a_redis_outage_is_a_503_and_presses_resume_when_it_returns() {
-    let redis = TcpProxy::start("127.0.0.1:6379".parse().unwrap()).await;
+    let redis = TcpProxy::start(testkit::single_redis_addr()).await;
     let mut config = test_config();
     config.redis_url = format!("redis://{}", redis.addr);
     let app = spawn_app_with(config).await;
@@ -131,7 +132,7 @@ async fn a_redis_outage_is_a_503_and_presses_resume_when_it_returns() {
 
 #[tokio::test]
 async fn a_postgres_outage_blocks_restores_with_503_and_never_restarts_from_zero() {
-    let postgres = TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
+    let postgres = TcpProxy::start(testkit::postgres_addr()).await;
     common::ensure_database().await;
     let config = common::through_postgres_proxy(test_config(), &postgres);
     let app = spawn_app_with(config).await;
@@ -194,8 +195,7 @@ async fn a_node_that_comes_back_is_wiped_before_it_takes_sessions_again() {
         assert_eq!(answer.served_by.as_deref(), Some("n2"));
     }
     // The health checker sees it answer, wipes it and brings it back.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    eventually(Duration::from_secs(10), "n1 back up", || async {
         let state = app
             .nodes()
             .await
@@ -203,12 +203,9 @@ async fn a_node_that_comes_back_is_wiped_before_it_takes_sessions_again() {
             .find(|n| n["name"] == "n1")
             .unwrap()["state"]
             .clone();
-        if state == "up" {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "n1 never came back");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        holds(state == "up", || state)
+    })
+    .await;
     assert_eq!(
         n1.node.session_count().await,
         0,

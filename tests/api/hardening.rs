@@ -6,6 +6,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::{spawn_app_with, spawn_cluster, start_nodes, test_config, unique};
+use testkit::{eventually, holds};
 
 #[tokio::test]
 async fn a_process_uri_too_long_to_forward_is_a_414_and_leaves_every_node_up() {
@@ -135,22 +136,27 @@ async fn a_fence_watcher_that_dies_is_restarted_and_the_replica_is_not_ready_mea
     assert!(app.supervisor.abort("fence watcher"));
     // Until it runs again, the replica cannot honour fences: not ready, and
     // presses are refused rather than risk reaching a node being cleaned.
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
-    while app.readyz().await == 200 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "/readyz never reported it"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually(
+        Duration::from_millis(500),
+        "/readyz reporting it",
+        || async {
+            let status = app.readyz().await;
+            holds(status != 200, || status)
+        },
+    )
+    .await;
     let refused = app.press(&session).await;
     assert_eq!(refused.status, 503, "{refused:?}");
     assert!(refused.body.contains("replica_not_ready"), "{refused:?}");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while app.readyz().await != 200 {
-        assert!(tokio::time::Instant::now() < deadline, "never restarted");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        Duration::from_secs(5),
+        "the fence watcher restarted",
+        || async {
+            let status = app.readyz().await;
+            holds(status == 200, || status)
+        },
+    )
+    .await;
     assert_eq!(app.press(&session).await.clicks(), 2);
 }
 
@@ -177,15 +183,16 @@ async fn a_second_address_of_a_registered_node_is_refused_and_its_counts_are_int
 async fn an_address_that_does_not_speak_http_is_registered_down_with_the_reason() {
     let (app, _nodes) = spawn_cluster(1).await;
     // Redis's port: it answers, but not HTTP.
+    let not_http = format!("http://{}", testkit::single_redis_addr());
     let (status, body) = app
-        .node_command(serde_json::json!({ "action": "add", "address": "http://127.0.0.1:6379" }))
+        .node_command(serde_json::json!({ "action": "add", "address": not_http }))
         .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["state"], "down");
     let listed = app.nodes().await;
     let redis = listed
         .iter()
-        .find(|n| n["address"] == "http://127.0.0.1:6379")
+        .find(|n| n["address"] == not_http.as_str())
         .unwrap();
     assert_eq!(redis["state"], "down");
     let reason = redis["reason"].as_str().unwrap_or_default();
@@ -207,33 +214,35 @@ async fn a_node_that_restarted_is_taken_down_since_its_counts_are_gone() {
         assert_eq!(app.press(&session).await.clicks(), expected);
     }
     nodes[0].restart(); // same address, new process: a new instance id
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    // The state and the reason are two writes (on a cluster, two round
-    // trips): the node is looked at once both are there.
-    let node = loop {
-        let node = app.nodes().await.remove(0);
-        if node["state"] == "down" && node["reason"].is_string() {
-            break node;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never taken down with a reason: {node}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+                        // The state and the reason are two writes (on a cluster, two round
+                        // trips): the node is looked at once both are there.
+    let node = eventually(
+        Duration::from_secs(5),
+        "taken down with a reason",
+        || async {
+            let node = app.nodes().await.remove(0);
+            if node["state"] == "down" && node["reason"].is_string() {
+                Ok(node)
+            } else {
+                Err(node)
+            }
+        },
+    )
+    .await;
     assert!(
         node["reason"].as_str().unwrap().contains("restarted"),
         "{node}"
     );
     // Its sessions move off it once every replica stopped pressing it.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while app.ctx.store.lookup(&session).await.unwrap().is_some() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "its sessions never moved off it"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        Duration::from_secs(5),
+        "its sessions moved off it",
+        || async {
+            let mapping = app.ctx.store.lookup(&session).await.unwrap();
+            holds(mapping.is_none(), || mapping)
+        },
+    )
+    .await;
 }
 
 /// A node that restarted and recovered is recorded in Postgres with its new
@@ -253,26 +262,25 @@ async fn a_recovered_node_s_new_instance_id_is_durable_in_postgres() {
     nodes[0].restart(); // same address, new process: a new instance id
     let now = nodes[0].node.instance().to_owned();
     assert_ne!(now, first);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let node = app.nodes().await.remove(0);
-        let members = app.ctx.archive.members().await.unwrap();
-        if node["state"] == "up" && recorded(members.clone()) == Some(now.clone()) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the new instance never reached Postgres: {node} {:?}",
-            recorded(members)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        Duration::from_secs(10),
+        "the new instance in Postgres",
+        || async {
+            let node = app.nodes().await.remove(0);
+            let instance = recorded(app.ctx.archive.members().await.unwrap());
+            holds(
+                node["state"] == "up" && instance == Some(now.clone()),
+                || (node, instance),
+            )
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn a_blackholed_postgres_answers_503_within_about_a_second() {
     common::ensure_database().await;
-    let postgres = common::TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
+    let postgres = common::TcpProxy::start(testkit::postgres_addr()).await;
     let app = spawn_app_with(common::through_postgres_proxy(test_config(), &postgres)).await;
     let _nodes = start_nodes(&app, 1, false).await;
     assert_eq!(app.press(&unique("pg-warm")).await.clicks(), 1);

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use common::{spawn_app_with, start_nodes, test_config, unique, TestApp};
 use serde_json::Value;
+use testkit::eventually;
 
 fn with_history() -> nodes_control::Config {
     let mut config = test_config();
@@ -28,22 +29,23 @@ async fn session(app: &TestApp, id: &str) -> (u16, Value) {
 
 /// The session's answer once its history holds `count` placements.
 async fn with_placements(app: &TestApp, id: &str, count: usize) -> Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let (status, body) = session(app, id).await;
-        assert_eq!(status, 200, "{body}");
-        if body["placements"]
-            .as_array()
-            .is_some_and(|p| p.len() >= count)
-        {
-            return body;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{count} placements expected: {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        Duration::from_secs(5),
+        &format!("{count} placements"),
+        || async {
+            let (status, body) = session(app, id).await;
+            assert_eq!(status, 200, "{body}");
+            if body["placements"]
+                .as_array()
+                .is_some_and(|p| p.len() >= count)
+            {
+                Ok(body)
+            } else {
+                Err(body)
+            }
+        },
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

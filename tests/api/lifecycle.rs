@@ -188,19 +188,11 @@ async fn a_press_waits_behind_a_raised_fence_and_then_counts_on() {
     })
     .await;
     // Wait until our replica closed its gate and acknowledged.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while store
-        .fence_acks(&nodes[0].address, seq)
-        .await
-        .unwrap()
-        .is_empty()
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the replica never acked"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    testkit::eventually(Duration::from_secs(5), "the replica's ack", || async {
+        let acks = store.fence_acks(&nodes[0].address, seq).await.unwrap();
+        testkit::holds(!acks.is_empty(), || acks)
+    })
+    .await;
     let pending = tokio::spawn({
         let app = app.clone();
         let s = s.clone();
@@ -270,7 +262,7 @@ async fn an_interrupted_clean_is_finished_by_the_next_sweep_by_folding_again() {
 
 #[tokio::test]
 async fn a_postgres_outage_at_expiry_is_a_503_and_the_session_continues_after() {
-    let postgres = common::TcpProxy::start("127.0.0.1:5432".parse().unwrap()).await;
+    let postgres = common::TcpProxy::start(testkit::postgres_addr()).await;
     common::ensure_database().await;
     let mut config = common::through_postgres_proxy(short_lived_config(1), &postgres);
     config.sweep_interval_secs = 3600; // only presses archive here

@@ -29,19 +29,15 @@ async fn a_log_file_gets_plain_access_lines_with_the_session_id_hashed() {
     assert_eq!(missing.status(), 404);
 
     let hash = nodes_control::http::access::session_hash(&session);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    let log = loop {
+    let log = testkit::eventually(Duration::from_secs(5), "the access lines", || async {
         let log = std::fs::read_to_string(&path).unwrap();
         if log.contains("/nope") && log.contains(&hash) {
-            break log;
+            Ok(log)
+        } else {
+            Err(log)
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no access lines in {}:\n{log}",
-            path.display()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    })
+    .await;
     drop(balancer);
     let _ = std::fs::remove_file(&path);
     assert!(!log.contains('\u{1b}'), "colour codes in a file:\n{log}");

@@ -63,11 +63,10 @@ async fn a_removed_node_leaves_no_series_and_a_node_s_series_carry_address_and_n
         "nodes_control_node_healthy{{address=\"{}\",name=\"m1\"}} 1",
         node.address
     );
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !balancer.metrics().await.contains(&series) {
-        assert!(tokio::time::Instant::now() < deadline, "never saw {series}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    testkit::eventually(Duration::from_secs(10), &series, || async {
+        testkit::holds(balancer.metrics().await.contains(&series), || ())
+    })
+    .await;
     // A press is counted and timed per node; the add per admin action.
     assert_eq!(
         balancer.press(&common::unique("metered")).await.status(),
@@ -98,24 +97,22 @@ async fn a_removed_node_leaves_no_series_and_a_node_s_series_carry_address_and_n
         );
     }
     balancer.node("remove", &node.address).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        // Every series of the node goes, its counters too: no down alert
-        // for a node removed on purpose, no dead address in every scrape.
-        let text = balancer.metrics().await;
-        let left: Vec<&str> = text
-            .lines()
-            .filter(|l| !l.starts_with('#') && l.contains(&node.address))
-            .collect();
-        if left.is_empty() {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the removed node's series stayed: {left:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // Every series of the node goes, its counters too: no down alert for a
+    // node removed on purpose, no dead address in every scrape.
+    testkit::eventually(
+        Duration::from_secs(15),
+        "the node's series gone",
+        || async {
+            let text = balancer.metrics().await;
+            let left: Vec<String> = text
+                .lines()
+                .filter(|l| !l.starts_with('#') && l.contains(&node.address))
+                .map(str::to_owned)
+                .collect();
+            testkit::holds(left.is_empty(), || left)
+        },
+    )
+    .await;
     // The families themselves stay, and what is not a node's.
     let text = balancer.metrics().await;
     assert!(

@@ -19,7 +19,7 @@ async fn a_malformed_address_in_nodes_stops_the_start_with_its_name() {
 
 #[tokio::test]
 async fn nodes_listed_while_redis_is_away_are_registered_when_it_returns() {
-    let redis = TcpProxy::start("127.0.0.1:6379".parse().unwrap()).await;
+    let redis = TcpProxy::start(testkit::single_redis_addr()).await;
     redis.cut();
     let node = TestNode::start("late", false);
     let mut config = test_config();

@@ -73,7 +73,13 @@ impl NodeProcess {
             .args(["--host", "127.0.0.1", "--port", &self.port.to_string()])
             .args(["--name", &self.name, "--database-url", &self.database_url])
             .args(["--min-delay-ms", "0", "--max-delay-ms", "0"])
-            .args(["--archive-timeout-ms", "1000"])
+            .args(
+                // 1 s for Postgres, unless the test says otherwise.
+                (!self.flags.iter().any(|f| f == "--archive-timeout-ms"))
+                    .then_some(["--archive-timeout-ms", "1000"])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(&self.flags)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())

@@ -37,6 +37,46 @@ pub fn database_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/nodes_control_test".into())
 }
 
+/// The one Redis server a test can stand a proxy in front of:
+/// [`redis_url`]'s, or, when that names a cluster (a proxy in front of one
+/// seed cannot stand for it: replies redirect past it), the plain Redis of
+/// `REDIS_SINGLE_URL`, else 127.0.0.1:6379.
+pub fn single_redis_addr() -> std::net::SocketAddr {
+    let url = redis_url();
+    let single = if url.starts_with("redis+cluster://") || url.contains(',') {
+        std::env::var("REDIS_SINGLE_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+    } else {
+        url
+    };
+    socket_addr(&single, 6379)
+}
+
+/// Where the test database's Postgres listens (from [`database_url`]).
+pub fn postgres_addr() -> std::net::SocketAddr {
+    socket_addr(&database_url(), 5432)
+}
+
+/// `scheme://[user@]host[:port][/..]` -> its socket address.
+fn socket_addr(url: &str, default_port: u16) -> std::net::SocketAddr {
+    use std::net::ToSocketAddrs;
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let with_port = if host_port
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        host_port.to_owned()
+    } else {
+        format!("{host_port}:{default_port}")
+    };
+    with_port
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .unwrap_or_else(|| panic!("{url} names no address this machine resolves"))
+}
+
 static DATABASE: OnceCell<()> = OnceCell::const_new();
 
 /// Creates the test database if it is missing and applies the project's
@@ -118,9 +158,43 @@ pub fn parse_clicks(body: &str) -> Option<i64> {
         .ok()
 }
 
+/// Polls `check` every 20 ms until it gives `Some`, and returns that; panics
+/// with `what` and the last observation `check` reported (its `Err`) once
+/// `within` has passed. The one way the tests wait for a condition: a test
+/// that asserts something did *not* happen first waits this way for the
+/// positive evidence that the moment to look has come.
+pub async fn eventually<T, E, F, Fut>(within: std::time::Duration, what: &str, mut check: F) -> T
+where
+    E: std::fmt::Debug,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match check().await {
+            Ok(value) => return value,
+            Err(last) if tokio::time::Instant::now() >= deadline => {
+                panic!("{what}: not within {within:?}; last seen: {last:?}")
+            }
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
+    }
+}
+
+/// For [`eventually`]: `Ok(())` when `condition` holds, else the `seen`
+/// it is reported with.
+pub fn holds<E>(condition: bool, seen: impl FnOnce() -> E) -> Result<(), E> {
+    if condition {
+        Ok(())
+    } else {
+        Err(seen())
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse_clicks;
+    use super::{eventually, holds, parse_clicks, socket_addr};
+    use std::time::Duration;
 
     #[test]
     fn the_count_is_read_from_the_answer_and_nothing_else_passes() {
@@ -128,5 +202,48 @@ mod tests {
         assert_eq!(parse_clicks("You clicked 1 times\n"), Some(1));
         assert_eq!(parse_clicks("You clicked many times"), None);
         assert_eq!(parse_clicks("<html>502</html>"), None);
+    }
+
+    #[tokio::test]
+    async fn eventually_returns_what_the_check_found_once_it_holds() {
+        let mut polls = 0;
+        let found = eventually(Duration::from_secs(5), "the third poll", || {
+            polls += 1;
+            let now = polls;
+            async move {
+                if now >= 3 {
+                    Ok(now)
+                } else {
+                    Err(now)
+                }
+            }
+        })
+        .await;
+        assert_eq!(found, 3);
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "never: not within 50ms; last seen: \"still no\"")]
+    async fn eventually_names_the_condition_and_the_last_observation_when_time_runs_out() {
+        eventually(Duration::from_millis(50), "never", || async {
+            holds(false, || "still no")
+        })
+        .await
+    }
+
+    #[test]
+    fn a_url_gives_its_host_and_port_or_the_default_port() {
+        assert_eq!(
+            socket_addr("postgres://postgres@127.0.0.1:5433/db", 5432).to_string(),
+            "127.0.0.1:5433"
+        );
+        assert_eq!(
+            socket_addr("redis://127.0.0.1", 6379).to_string(),
+            "127.0.0.1:6379"
+        );
+        assert_eq!(
+            socket_addr("redis://:secret@127.0.0.1:7000/0", 6379).port(),
+            7000
+        );
     }
 }

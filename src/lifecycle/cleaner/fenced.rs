@@ -1,0 +1,168 @@
+//! The fence of one node operation ([`Fenced`]): raised under the node's
+//! lock and acknowledged by every live replica before anything reaches the
+//! node or moves off it, lowered when the operation ends, unless a journal
+//! written under it is left (then the sweep finishes the clean and lowers
+//! it, design.md §4.7).
+
+use std::time::Duration;
+
+use tracing::warn;
+
+use super::{CleanError, NodeCleaner, FENCING_ACK_WAIT, FENCING_SILENCE};
+use crate::store::lock::{NodeLock, LOCK_TTL_MS};
+use crate::store::FenceReason;
+
+/// A node operation in progress under its fence: the node's lock and the
+/// fence that every live replica acknowledged. Whatever moves sessions off
+/// a node or sends it a clean takes one, so it cannot run with the fence
+/// down.
+///
+/// The fence comes down with [`lower`](Self::lower); one dropped without it
+/// (an error returned early) is lowered in the background the same way.
+/// Either way it stays up over a journal written under it.
+pub(super) struct Fenced<'a> {
+    cleaner: &'a NodeCleaner,
+    lock: &'a NodeLock,
+    seq: u64,
+    lowered: bool,
+}
+
+impl<'a> Fenced<'a> {
+    /// The fence a journal left up (sequence `seq`), taken over under the
+    /// node's lock by the operation that finishes the journal.
+    pub(super) fn adopt(cleaner: &'a NodeCleaner, lock: &'a NodeLock, seq: u64) -> Self {
+        Self {
+            cleaner,
+            lock,
+            seq,
+            lowered: false,
+        }
+    }
+
+    pub(super) fn lock(&self) -> &'a NodeLock {
+        self.lock
+    }
+
+    pub(super) fn node(&self) -> &'a str {
+        self.lock.node()
+    }
+
+    pub(super) fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Lowers the fence now (Redis keeps it up over a journal written under
+    /// it: `SessionStore::lower_fence`). If Redis does not answer, it is
+    /// tried again in the background: a fence left up holds the node's
+    /// presses until its deadline.
+    pub(super) async fn lower(mut self) {
+        self.lowered = true;
+        if let Err(error) = self.cleaner.store.lower_fence(self.node(), self.seq).await {
+            warn!(node = %self.node(), %error, "could not lower a fence; trying again in the background");
+            self.cleaner.lower_later(self.node(), self.seq);
+        }
+    }
+}
+
+impl Drop for Fenced<'_> {
+    fn drop(&mut self) {
+        if !self.lowered {
+            self.cleaner.lower_later(self.node(), self.seq);
+        }
+    }
+}
+
+impl NodeCleaner {
+    /// Raises the fence on a node and waits until every live replica has
+    /// closed its gate to it.
+    /// `token_first`: the node gets the clean's token before any mapping
+    /// changes, so a fencing node refuses what a silent replica sends
+    /// afterwards and the wait may be short. A failover (nothing reaches
+    /// the node) and a wipe (it unmaps first) wait for every replica.
+    pub(super) async fn raise_and_wait<'a>(
+        &'a self,
+        lock: &'a NodeLock,
+        reason: FenceReason,
+        token_first: bool,
+    ) -> Result<Fenced<'a>, CleanError> {
+        let started = std::time::Instant::now();
+        let raised = self.raise_and_wait_acks(lock, reason, token_first).await;
+        let outcome = if raised.is_ok() { "acked" } else { "failed" };
+        metrics::histogram!("nodes_control_fence_wait_seconds", "outcome" => outcome)
+            .record(started.elapsed().as_secs_f64());
+        Ok(Fenced {
+            cleaner: self,
+            lock,
+            seq: raised?,
+            lowered: false,
+        })
+    }
+
+    async fn raise_and_wait_acks(
+        &self,
+        lock: &NodeLock,
+        reason: FenceReason,
+        token_first: bool,
+    ) -> Result<u64, CleanError> {
+        let addr = lock.node();
+        let seq = self
+            .store
+            .raise_fence(
+                lock.lock(),
+                addr,
+                Duration::from_millis(LOCK_TTL_MS),
+                reason,
+            )
+            .await?;
+        let started = tokio::time::Instant::now();
+        let deadline = started + self.ack_timeout;
+        // A node that enforces fencing epochs refuses whatever a replica
+        // sends it from before this clean, so the replicas that send epochs
+        // are waited for only while they answer promptly (design.md,
+        // "Fencing at the node"): a paused one stalls nobody.
+        let fencing = token_first && self.table.get(addr).is_some_and(|e| e.fences());
+        loop {
+            // Armed before the check, so an ack arriving meanwhile wakes us.
+            let event = self.events.notified();
+            let prompt = match started.elapsed() < FENCING_ACK_WAIT {
+                true => FENCING_SILENCE,
+                false => Duration::ZERO,
+            };
+            let live = self
+                .store
+                .replicas_to_wait_for(self.liveness, fencing.then_some(prompt))
+                .await?;
+            let acks = self.store.fence_acks(addr, seq).await?;
+            let missing: Vec<String> = live.into_iter().filter(|r| !acks.contains(r)).collect();
+            if missing.is_empty() {
+                return Ok(seq);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                self.store.lower_fence(addr, seq).await?;
+                return Err(CleanError::FenceTimeout {
+                    node: addr.to_owned(),
+                    missing,
+                });
+            }
+            // The event wakes us; the timer covers a lost message.
+            let _ = tokio::time::timeout(Duration::from_millis(100), event).await;
+        }
+    }
+
+    /// Lowers the fence once Redis answers (unless a journal keeps it up),
+    /// in the background, so a Redis outage does not keep the node fenced
+    /// until the fence's deadline once Redis is back; the sweep lowers a
+    /// fence still up past it.
+    fn lower_later(&self, addr: &str, seq: u64) {
+        let (store, addr) = (self.store.clone(), addr.to_owned());
+        self.detached.spawn(async move {
+            let give_up = tokio::time::Instant::now() + Duration::from_millis(LOCK_TTL_MS);
+            while tokio::time::Instant::now() < give_up {
+                if store.lower_fence(&addr, seq).await.is_ok() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+    }
+}

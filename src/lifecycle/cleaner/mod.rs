@@ -1,0 +1,199 @@
+//! `NodeCleaner`: every `/clean` of a node and every move of sessions off a
+//! node goes through here, under the node's fence, so that no press is in
+//! flight to the node on any replica meanwhile (design.md §4.7, §4.10), and
+//! every session the node archived is folded before its next press (§4.6).
+//!
+//! A clean runs as: lock the node, raise the fence, wait for every live
+//! replica's ack, take a clean token, write the journal, `/clean` with the
+//! token, fold, apply the outcome to the mappings, delete the journal, lower
+//! the fence. A clean that does not end in OK has its token revoked, so
+//! whatever the node archives late is never folded; one that timed out or
+//! could not reach the node is a node failure, handled right there under
+//! the fence it holds. If the cleaner dies after `/clean`, the fence stays up
+//! until a sweep finds it stale and finishes the journal (a second fold is a
+//! no-op).
+//!
+//! Every operation runs in a task of its own ([`Detached`]): a press that
+//! started it may be cancelled, the operation is not.
+//!
+//! By what they do: `clean` (cleans, expiry, removal, finishing a dead
+//! cleaner's journal), `failover` (moving a failed node's sessions off it,
+//! wiping a node that came back), `archive_all` (the rebuild's step at
+//! each node), all under the fence of `fenced`.
+
+mod archive_all;
+mod clean;
+mod failover;
+mod fenced;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::detached::Detached;
+use super::down::record_marked_down;
+use crate::archive::events::Actor;
+use crate::archive::{Archive, ArchiveError};
+use crate::nodes::{NodeCallError, NodeClient, NodeTable};
+use crate::store::lock::NodeLock;
+use crate::store::{NodeState, SessionStore, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CleanError {
+    #[error("node {node} is busy with another operation")]
+    Busy { node: String },
+    #[error("replicas {missing:?} did not close their gates to {node} in time")]
+    FenceTimeout { node: String, missing: Vec<String> },
+    #[error("node {node} could not clean: {source}")]
+    Node {
+        node: String,
+        #[source]
+        source: NodeCallError,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Archive(#[from] ArchiveError),
+    #[error("a clean task failed: {0}")]
+    Task(String),
+}
+
+/// What one clean did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CleanReport {
+    /// Sessions unmapped (they restore from the archive on their next press).
+    pub unmapped: usize,
+    /// Live sessions that stayed on the node with a new base.
+    pub rebased: usize,
+    /// Whether the node archived (false: it was down or did not answer).
+    pub archived: bool,
+    /// Of the sessions an expiry clean was asked about, those still on the
+    /// node and past their end when it looked under the lock.
+    pub expired: usize,
+}
+
+/// What a wipe did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wiped {
+    /// Sessions unmapped (they restore from the archive).
+    pub dropped: usize,
+    /// Whether the node showed it cleans selectively.
+    pub selective: bool,
+}
+
+/// A clean of a fencing node waits for a replica that sends epochs only if
+/// it was heard from within this (two heartbeats)...
+pub const FENCING_SILENCE: Duration = Duration::from_secs(2);
+/// ...and for at most this long: its presses that reach the node after the
+/// clean are refused there, uncounted, and read their mapping again.
+pub const FENCING_ACK_WAIT: Duration = Duration::from_secs(1);
+
+#[derive(Clone)]
+pub struct NodeCleaner {
+    store: SessionStore,
+    archive: Archive,
+    client: NodeClient,
+    table: Arc<NodeTable>,
+    detached: Detached,
+    /// A replica whose heartbeat is older than this is presumed dead and
+    /// not waited for. Longer than a press can take, so a replica cut off
+    /// from Redis has finished its in-flight presses before it is ignored.
+    liveness: Duration,
+    /// How long a cleaner waits for acks before giving up (and retrying later).
+    ack_timeout: Duration,
+    /// Notified whenever a fence event arrives (acks included), so waiting
+    /// for acks wakes at once instead of polling.
+    events: Arc<Notify>,
+}
+
+impl NodeCleaner {
+    /// `silence`: how long a replica may be silent and still be pressing a
+    /// node (a press's timeout plus how long it trusts its cache).
+    pub fn new(
+        store: SessionStore,
+        archive: Archive,
+        client: NodeClient,
+        table: Arc<NodeTable>,
+        detached: Detached,
+        silence: Duration,
+        events: Arc<Notify>,
+    ) -> Self {
+        Self {
+            store,
+            archive,
+            client,
+            table,
+            detached,
+            liveness: silence + Duration::from_secs(1),
+            ack_timeout: silence + Duration::from_secs(2),
+            events,
+        }
+    }
+
+    /// Runs `op` under the node's lock, in a task of its own.
+    async fn locked<T, F, Fut>(&self, addr: &str, wait: Duration, op: F) -> Result<T, CleanError>
+    where
+        T: Send + 'static,
+        F: FnOnce(NodeCleaner, NodeLock) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<T, CleanError>> + Send + 'static,
+    {
+        let node = addr.to_owned();
+        let busy = move || CleanError::Busy { node };
+        let this = self.clone();
+        self.detached
+            .under_node_lock(
+                self.store.clone(),
+                addr.to_owned(),
+                wait,
+                busy,
+                CleanError::Task,
+                move |lock| op(this, lock),
+            )
+            .await
+    }
+
+    /// Marks the node down, under its lock: in this view first, then in
+    /// Redis (only while the lock is still this operation's).
+    pub(super) async fn declare_down(
+        &self,
+        lock: &NodeLock,
+        reason: &str,
+    ) -> Result<(), CleanError> {
+        let addr = lock.node();
+        if let Some(entry) = self.table.get(addr) {
+            entry.set_state(NodeState::Down);
+        }
+        let before = self
+            .store
+            .set_node_state_locked(
+                lock.lock(),
+                addr,
+                NodeState::Down,
+                &[NodeState::Up, NodeState::Draining],
+            )
+            .await?;
+        if let Some(before) = before {
+            record_marked_down(
+                &self.store,
+                &self.archive,
+                addr,
+                Actor::Clean,
+                before,
+                reason,
+            )
+            .await;
+        }
+        Ok(())
+    }
+
+    /// Revokes what a failed node may still archive: its tokens below
+    /// `below`, a number this operation took from the sequence while it
+    /// held the node. The lock is read after that number was taken, so an
+    /// operation that paused before it (and lost the node) stops here, and
+    /// one that pauses after it revokes nothing a later operation issued.
+    pub(super) async fn fence_out(&self, lock: &NodeLock, below: i64) -> Result<u64, CleanError> {
+        lock.lock().check_held(&self.store).await?;
+        Ok(self.archive.fence_failed_node(lock.node(), below).await?)
+    }
+}
