@@ -216,19 +216,16 @@ async fn press_until_answered(
 }
 
 async fn wait_until_up(app: &TestApp, address: &str) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let nodes = app.nodes().await;
-        let node = nodes.iter().find(|n| n["address"] == address).cloned();
-        if node.as_ref().is_some_and(|n| n["state"] == "up") {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{address} never came back: {node:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    testkit::eventually(
+        Duration::from_secs(20),
+        &format!("{address} up"),
+        || async {
+            let nodes = app.nodes().await;
+            let node = nodes.iter().find(|n| n["address"] == address).cloned();
+            testkit::holds(node.as_ref().is_some_and(|n| n["state"] == "up"), || node)
+        },
+    )
+    .await
 }
 
 /// No `marked_down` event for `nodes` since `since`, and every one up. The
@@ -248,18 +245,19 @@ async fn assert_no_node_went_down(
         (200, Some("reweighted")),
         "{body}"
     );
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let log = loop {
-        let log = events_since(app, since).await;
-        if log.iter().any(|e| e["action"] == "reweighted") {
-            break log;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the re-weighting never reached the log"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let log = testkit::eventually(
+        Duration::from_secs(10),
+        "the re-weighting in the log",
+        || async {
+            let log = events_since(app, since).await;
+            if log.iter().any(|e| e["action"] == "reweighted") {
+                Ok(log)
+            } else {
+                Err(log)
+            }
+        },
+    )
+    .await;
     let downs: Vec<&Value> = log
         .iter()
         .filter(|e| e["action"] == "marked_down")

@@ -499,26 +499,23 @@ async fn a_client_that_resets_mid_clean_leaves_no_fence_or_lock_behind() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     postgres.restore();
     // The cleans go on by themselves and leave nothing raised or held.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let fences = store.fences().await.unwrap();
-        let mut locks_free = true;
-        for node in &cluster.nodes {
-            let lock = format!("node:{}", node.address);
-            match store.try_lock(&lock, 1000).await.unwrap() {
-                Some(token) => store.unlock(&lock, &token).await.unwrap(),
-                None => locks_free = false,
+    testkit::eventually(
+        Duration::from_secs(5),
+        "no fence raised, no lock held",
+        || async {
+            let fences = store.fences().await.unwrap();
+            let mut held = Vec::new();
+            for node in &cluster.nodes {
+                let lock = format!("node:{}", node.address);
+                match store.try_lock(&lock, 1000).await.unwrap() {
+                    Some(token) => store.unlock(&lock, &token).await.unwrap(),
+                    None => held.push(lock),
+                }
             }
-        }
-        if fences.is_empty() && locks_free {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "fence {fences:?} or a lock still held"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+            testkit::holds(fences.is_empty() && held.is_empty(), || (fences, held))
+        },
+    )
+    .await;
     // Every session continues at once from its archive (the reset press
     // may or may not have counted: 2 or 3 for the first).
     for id in &ids {

@@ -5,7 +5,8 @@
 //! `Expect`, HTTP/1.0, chunked bodies) stay hyper's and the router's.
 //!
 //! The head is parsed by `httparse` (hyper's own parser); this module only
-//! reads its headers. It is property-tested against hyper in `tests`.
+//! reads its headers. It is property-tested against hyper's server itself,
+//! run over an in-memory stream, in `tests`.
 
 use std::cell::RefCell;
 use std::pin::Pin;
@@ -360,27 +361,95 @@ mod tests {
         (names, values).prop_map(|(n, v)| format!("{n}: {v}\r\n"))
     }
 
+    /// What hyper's own HTTP/1 server reads from `raw` as its first
+    /// request (method, target, whole body), run for real over an
+    /// in-memory stream: the independent judge of `classify`. `None` when
+    /// hyper refuses the request or its body does not arrive whole.
+    fn hyper_reads(raw: &[u8]) -> Option<(String, String, Vec<u8>)> {
+        use http_body_util::BodyExt;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let (client, server) = tokio::io::duplex(64 * 1024);
+            let (seen, got) = tokio::sync::oneshot::channel();
+            let seen = std::sync::Mutex::new(Some(seen));
+            let service = hyper::service::service_fn(
+                move |request: hyper::Request<hyper::body::Incoming>| {
+                    let seen = seen.lock().unwrap().take();
+                    async move {
+                        let (parts, body) = request.into_parts();
+                        let body = body.collect().await.map(|b| b.to_bytes().to_vec());
+                        if let (Some(seen), Ok(body)) = (seen, body) {
+                            let _ =
+                                seen.send((parts.method.to_string(), parts.uri.to_string(), body));
+                        }
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                            http_body_util::Empty::<Bytes>::new(),
+                        ))
+                    }
+                },
+            );
+            let connection = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(server), service);
+            let serving = tokio::spawn(connection);
+            // The client stays open (a half-close would end hyper's
+            // connection before it answers): a body still to come times out.
+            let mut client = client;
+            tokio::io::AsyncWriteExt::write_all(&mut client, raw)
+                .await
+                .unwrap();
+            let read = tokio::time::timeout(Duration::from_millis(500), got).await;
+            drop(client);
+            serving.abort();
+            read.ok()?.ok()
+        })
+    }
+
+    #[test]
+    fn hyper_reads_the_plain_press_as_the_front_does() {
+        let head = press(PLAIN).unwrap();
+        let body = PLAIN[head.head_len..head.len()].to_vec();
+        assert_eq!(
+            hyper_reads(PLAIN),
+            Some(("POST".to_owned(), "/press".to_owned(), body))
+        );
+        // And it is a judge that can disagree: a second length hyper refuses.
+        let doubled = b"POST /press HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab";
+        assert_eq!(hyper_reads(doubled), None);
+    }
+
     proptest! {
-        /// Whatever the headers, the front serves a request only when hyper
-        /// would read the same request: the same body length, no chunking.
+        /// Whatever the headers, the front serves a request only when
+        /// hyper's server (not only its parser: the whole HTTP/1 state
+        /// machine, run for real) reads the same request from the same
+        /// bytes: a `POST /press` whose body is exactly the bytes the front
+        /// takes for it.
         #[test]
         fn a_press_served_here_is_framed_as_hyper_frames_it(
-            lines in prop::collection::vec(header_line(), 0..8),
+            mut lines in prop::collection::vec(header_line(), 0..6),
+            typed in prop::bool::weighted(0.9),
+            length_off in prop::sample::select(vec![0i64, 0, 0, -1, 1]),
+            at in any::<prop::sample::Index>(),
             body in "[a-z{}\":]{0,40}",
         ) {
-            let raw = format!("POST /press HTTP/1.1\r\n{}\r\n{body}", lines.concat());
+            // Mostly a press that could be plain, with odd lines among its
+            // own: the cases where the two readers could disagree.
+            let length = (body.len() as i64 + length_off).max(0);
+            lines.insert(at.index(lines.len() + 1), format!("Content-Length: {length}\r\n"));
+            if typed {
+                lines.insert(at.index(lines.len() + 1), "Content-Type: application/json\r\n".to_owned());
+            }
+            let raw = format!("POST /press HTTP/1.1\r\nHost: x\r\n{}\r\n{body}", lines.concat());
             if let Head::Press(head) = classify(raw.as_bytes()) {
-                let mut headers = [httparse::EMPTY_HEADER; 64];
-                let mut parsed = httparse::Request::new(&mut headers);
-                let done = parsed.parse(raw.as_bytes()).unwrap();
-                prop_assert_eq!(done, httparse::Status::Complete(head.head_len));
-                let lengths: Vec<_> = parsed.headers.iter()
-                    .filter(|h| h.name.eq_ignore_ascii_case("content-length"))
-                    .map(|h| std::str::from_utf8(h.value).unwrap().to_owned())
-                    .collect();
-                prop_assert_eq!(lengths, vec![head.content_length.to_string()]);
-                prop_assert!(!parsed.headers.iter().any(|h| h.name.eq_ignore_ascii_case("transfer-encoding")));
                 prop_assert!(head.content_length <= MAX_BODY_BYTES);
+                // A body still to come is the listener's to wait for.
+                if raw.len() >= head.len() {
+                    let ours = raw.as_bytes()[head.head_len..head.len()].to_vec();
+                    let theirs = hyper_reads(raw.as_bytes());
+                    prop_assert_eq!(theirs, Some(("POST".to_owned(), "/press".to_owned(), ours)));
+                }
             }
         }
 
