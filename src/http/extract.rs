@@ -76,6 +76,13 @@ pub fn is_json_content_type(content_type: &str) -> bool {
         || (essence.starts_with("application/") && essence.ends_with("+json")))
 }
 
+/// Whether a press's answer is JSON rather than the node's text: its (first)
+/// `Accept` names `application/json`. The one rule, for the router and for
+/// the presses the listener answers itself.
+pub fn wants_json(accept: Option<&str>) -> bool {
+    accept.is_some_and(|accept| accept.contains("application/json"))
+}
+
 /// Proof that the request carried `Authorization: Bearer $ADMIN_TOKEN`.
 pub struct Admin;
 

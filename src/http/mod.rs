@@ -117,16 +117,27 @@ async fn no_transfer_encoding(
     next.run(request).await
 }
 
-/// Every request within `REQUEST_TIMEOUT_MS` (504 past it). The work a
-/// request started that must finish (cleans, failovers) runs on by itself.
+/// `work` within `REQUEST_TIMEOUT_MS` (504 `request_timeout` past it): the
+/// one deadline, for the router's requests and the presses the listener
+/// answers itself. The work a request started that must finish (cleans,
+/// failovers) runs on by itself.
+pub(crate) async fn within_deadline<T>(
+    ctx: &ApiContext,
+    work: impl std::future::Future<Output = Result<T, ApiError>>,
+) -> Result<T, ApiError> {
+    tokio::time::timeout(ctx.request_timeout, work)
+        .await
+        .map_err(|_| ApiError::GatewayTimeout)?
+}
+
+/// Every router request [`within_deadline`].
 async fn deadline(
     axum::extract::State(ctx): axum::extract::State<ApiContext>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    match tokio::time::timeout(ctx.request_timeout, next.run(request)).await {
-        Ok(response) => response,
-        Err(_) => ApiError::GatewayTimeout.into_response(),
-    }
+    within_deadline(&ctx, async { Ok(next.run(request).await) })
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
 }

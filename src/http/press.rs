@@ -225,8 +225,5 @@ async fn answer(
 }
 
 fn wants_json(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|accept| accept.contains("application/json"))
+    super::extract::wants_json(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()))
 }

@@ -207,12 +207,7 @@ async fn answer_press(ctx: &ApiContext, body: &[u8], press: &PressHead) -> Vec<u
         if let (true, super::press::IdField::Text(id)) = (ctx.access_log, &request.session_id) {
             session = Some(super::access::session_hash(id));
         }
-        timeout(
-            ctx.request_timeout,
-            super::press::press_session(ctx, request.session_id),
-        )
-        .await
-        .map_err(|_| ApiError::GatewayTimeout)?
+        super::within_deadline(ctx, super::press::press_session(ctx, request.session_id)).await
     };
     let pressed = pressed.await;
     if let Some(started) = started {

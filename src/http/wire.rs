@@ -116,7 +116,7 @@ pub fn classify(buf: &[u8]) -> Head {
             Head::Press(PressHead {
                 head_len,
                 content_length: n,
-                wants_json: accept.is_some_and(|a| a.contains("application/json")),
+                wants_json: super::extract::wants_json(accept),
                 close,
             })
         }

@@ -1,9 +1,12 @@
-//! Talking to nodes. Presses to plain `http://` nodes go through each
-//! node's own connection pool (`pool.rs`), to `https://` nodes through a
-//! pooled hyper client; `/process` through hyper; `/clean` and the health
-//! check through reqwest. A node needs to answer `/press` and `/clean`
-//! only: everything else it offers (a health path, an instance id, clean
-//! tokens, selective cleans) is detected ([`NodeClient::detect`]) and never
+//! Talking to nodes: one hyper client with one TLS set-up (the Mozilla
+//! roots and `NODE_CA_FILE`) for every call (presses to `https://` nodes,
+//! `/process`, `/clean`, health checks), never following a redirect. The
+//! one exception is the hot path: presses to plain `http://` nodes go
+//! through each node's own connection pool (`pool.rs`, reading answers
+//! with `wire.rs`), kept because it measured faster (README, docs/
+//! benchmarks.md). A node needs to answer `/press` and `/clean` only:
+//! everything else it offers (a health path, an instance id, clean tokens,
+//! selective cleans) is detected ([`NodeClient::detect`]) and never
 //! required.
 
 use rustls::pki_types::pem::PemObject;
@@ -27,6 +30,11 @@ static JSON: http::HeaderValue = http::HeaderValue::from_static("application/jso
 const MAX_PRESS_BODY: usize = 1024;
 /// Largest `/process` answer passed through.
 const MAX_PROCESS_BODY: usize = 1 << 20;
+/// Largest `/clean` answer read: the ids a selective clean names (a clean
+/// names at most `MAX_PER_CLEAN` sessions of at most 255 bytes each).
+const MAX_CLEAN_BODY: usize = 16 << 20;
+/// Largest health answer read (a name, an instance id, features).
+const MAX_HEALTH_BODY: usize = 64 << 10;
 
 /// Why a call to a node failed. Every variant but [`Request`](Self::Request)
 /// is something the node did, and counts as a node failure (design.md §4.8,
@@ -142,7 +150,6 @@ pub enum CleanOutcome {
 #[derive(Clone)]
 pub struct NodeClient {
     hot: HotClient,
-    admin: reqwest::Client,
     timeout: Duration,
     connect_timeout: Duration,
     probe: Probe,
@@ -187,24 +194,14 @@ impl NodeClient {
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
+        // hyper's client follows no redirect: a node that redirects its
+        // /clean to another node must not make us wipe that one.
         let hot = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
             .pool_max_idle_per_host(256)
             .build(connector);
-        // Redirects are never followed: a node that redirects its /clean to
-        // another node must not make us wipe that one.
-        let mut admin = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(connect_timeout)
-            .timeout(timeout);
-        for cert in &extra {
-            let cert = reqwest::Certificate::from_der(cert).map_err(|e| TlsError(e.to_string()))?;
-            admin = admin.add_root_certificate(cert);
-        }
-        let admin = admin.build().map_err(|e| TlsError(e.to_string()))?;
         Ok(Self {
             hot,
-            admin,
             timeout,
             connect_timeout,
             probe: Probe::Http {
@@ -289,12 +286,9 @@ impl NodeClient {
     /// node's answer comes back unless it is a 5xx or a redirect (never
     /// followed: a node that redirects is misbehaving).
     pub async fn get(&self, address: &str, path_and_query: &str) -> Result<Answer, NodeCallError> {
-        let uri: http::Uri = format!("{address}{path_and_query}")
-            .parse()
-            .map_err(|e: http::uri::InvalidUri| NodeCallError::Request(e.to_string()))?;
         let request = Request::builder()
             .method(Method::GET)
-            .uri(uri)
+            .uri(node_uri(address, path_and_query)?)
             .body(Full::new(Bytes::new()))
             .map_err(|e| NodeCallError::Request(e.to_string()))?;
         let answer = self.send(request, MAX_PROCESS_BODY).await?;
@@ -333,19 +327,17 @@ impl NodeClient {
         if let Some(generation) = generation {
             body["generation"] = serde_json::json!(generation);
         }
-        let response = self
-            .admin
-            .post(format!("{address}/clean"))
-            .json(&body)
-            .send()
-            .await
-            .map_err(reqwest_error)?;
-        let status = response.status();
-        let text = response.text().await.map_err(reqwest_error)?;
-        if !status.is_success() {
-            return Err(NodeCallError::Status(status));
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(node_uri(address, "/clean")?)
+            .header(header::CONTENT_TYPE, JSON.clone())
+            .body(Full::new(Bytes::from(body.to_string())))
+            .map_err(|e| NodeCallError::Request(e.to_string()))?;
+        let answer = self.send(request, MAX_CLEAN_BODY).await?;
+        if !answer.status.is_success() {
+            return Err(NodeCallError::Status(answer.status));
         }
-        if let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) {
+        if let Ok(value) = serde_json::from_slice::<serde_json::Value>(&answer.body) {
             if let Some(ids) = value.get("cleaned").and_then(|c| c.as_array()) {
                 return Ok(CleanOutcome::Only(
                     ids.iter()
@@ -411,13 +403,13 @@ impl NodeClient {
     /// `GET {address}{path}`: below 500 (or 501) is healthy; a 2xx JSON answer may
     /// say the node's name, its instance id and its `features`.
     async fn get_health(&self, address: &str, path: &str) -> Result<NodeHealth, NodeCallError> {
-        let response = self
-            .admin
-            .get(format!("{address}{path}"))
-            .send()
-            .await
-            .map_err(reqwest_error)?;
-        let status = response.status();
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri(node_uri(address, path)?)
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| NodeCallError::Request(e.to_string()))?;
+        let answer = self.send(request, MAX_HEALTH_BODY).await?;
+        let status = answer.status;
         // 501: a server with no GET at all (Python's http.server without
         // do_GET) says so; it serves all the same.
         if status.is_server_error() && status != StatusCode::NOT_IMPLEMENTED {
@@ -426,8 +418,7 @@ impl NodeClient {
         if !status.is_success() {
             return Ok(NodeHealth::default());
         }
-        let body = response.text().await.unwrap_or_default();
-        let value = serde_json::from_str::<serde_json::Value>(&body).ok();
+        let value = serde_json::from_slice::<serde_json::Value>(&answer.body).ok();
         let field = |name: &str| {
             value
                 .as_ref()
@@ -551,14 +542,11 @@ pub fn parse_clicks(body: &[u8]) -> Result<i64, NodeCallError> {
         .ok_or_else(|| NodeCallError::Body(text.chars().take(80).collect()))
 }
 
-fn reqwest_error(e: reqwest::Error) -> NodeCallError {
-    if e.is_timeout() && e.is_connect() {
-        NodeCallError::ConnectTimeout
-    } else if e.is_timeout() {
-        NodeCallError::Timeout
-    } else {
-        NodeCallError::Transport(error_chain(&e))
-    }
+/// `{address}{path}` as a request target.
+fn node_uri(address: &str, path: &str) -> Result<http::Uri, NodeCallError> {
+    format!("{address}{path}")
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| NodeCallError::Request(e.to_string()))
 }
 
 /// Whether an error was caused by time running out (hyper's connector

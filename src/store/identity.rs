@@ -99,6 +99,16 @@ impl SessionStore {
             .to_owned())
     }
 
+    /// Which server answers: its `run_id`, new at every start and on every
+    /// failover (a Redis that may hold older data). On a Redis Cluster,
+    /// where each primary has its own, one fixed word (not checked there).
+    pub async fn server_id(&self) -> StoreResult<String> {
+        if self.cluster {
+            return Ok("cluster".to_owned());
+        }
+        self.run_id().await
+    }
+
     /// Compares the answering Redis with the one that completed the
     /// registry. A registry of an earlier version that kept no identity
     /// gets this one's.

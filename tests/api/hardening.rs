@@ -40,16 +40,19 @@ async fn a_process_uri_too_long_to_forward_is_a_414_and_leaves_every_node_up() {
 }
 
 /// A node whose every endpoint answers `307` to another node's same path.
-async fn redirecting_node(to: String) -> String {
+async fn redirecting_node(to: String) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use axum::response::Redirect;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = format!("http://{}", listener.local_addr().unwrap());
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = asked.clone();
     let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
         let to = to.clone();
+        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         async move { Redirect::temporary(&format!("{to}{}", uri.path())) }
     });
     tokio::spawn(async move { axum::serve(listener, app).await });
-    address
+    (address, asked)
 }
 
 #[tokio::test]
@@ -60,14 +63,24 @@ async fn a_node_that_redirects_is_down_and_wipes_nothing_elsewhere() {
     for expected in 1..=3 {
         assert_eq!(app.press(&session).await.clicks(), expected);
     }
-    let liar = redirecting_node(victim.address.clone()).await;
+    let (liar, asked) = redirecting_node(victim.address.clone()).await;
     let (status, body) = app
         .node_command(serde_json::json!({ "action": "add", "address": liar }))
         .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["state"], "down", "a redirect is not a healthy answer");
-    // Health checks keep probing it for a while: they never follow it.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Health checks keep probing it: three more of their redirects, never
+    // followed (a followed one would have wiped the victim).
+    let after_add = asked.load(std::sync::atomic::Ordering::SeqCst);
+    eventually(
+        Duration::from_secs(10),
+        "three more probes of the liar",
+        || async {
+            let now = asked.load(std::sync::atomic::Ordering::SeqCst);
+            holds(now >= after_add + 3, || now)
+        },
+    )
+    .await;
     assert_eq!(victim.node.session_count().await, 1, "the victim was wiped");
     assert_eq!(app.press(&session).await.clicks(), 4);
 }

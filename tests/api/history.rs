@@ -105,9 +105,16 @@ async fn an_unknown_session_is_a_404_an_invalid_id_a_400_and_history_is_off_by_d
         (status, body["code"].as_str()),
         (400, Some("invalid_session_id"))
     );
-    let id = unique("unrecorded");
-    app.press(&id).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Beside it, a replica with history on (same Redis prefix, same
+    // Postgres) places a session at the same moment: once its placement is
+    // recorded, the one without history has had every chance to record its.
+    let mut on = with_history();
+    on.redis_key_prefix = app.config.redis_key_prefix.clone();
+    let recording = spawn_app_with(on).await;
+    let (id, witness) = (unique("unrecorded"), unique("recorded"));
+    let (a, b) = tokio::join!(app.press(&id), recording.press(&witness));
+    assert_eq!((a.status, b.status), (200, 200));
+    with_placements(&recording, &witness, 1).await;
     let (status, body) = session(&app, &id).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["current"]["base"], 0);

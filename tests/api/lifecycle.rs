@@ -305,7 +305,10 @@ async fn sessions_of_a_node_killed_mid_run_continue_from_their_last_archived_tot
         async move { press_for(&apps, &sessions, 10, run).await }
     });
     tokio::time::sleep(run / 2).await;
-    nodes[0].kill();
+    // What was archived just before the kill: a lower bound of what was
+    // archived when the node died. (Read after the kill, the 60 reads race
+    // the sessions' next lives: moved, pressed and archived again on their
+    // new node, a session's total can pass the count it restarted from.)
     let mut archived_at_kill = std::collections::HashMap::new();
     for s in &sessions {
         archived_at_kill.insert(
@@ -313,6 +316,7 @@ async fn sessions_of_a_node_killed_mid_run_continue_from_their_last_archived_tot
             app.ctx.archive.total(s).await.unwrap().unwrap_or(0),
         );
     }
+    nodes[0].kill();
     let answers = workload.await.unwrap();
     sweeps.await.unwrap();
     let mut moved = 0;

@@ -7,6 +7,7 @@ pub mod process;
 pub mod proxy;
 #[allow(dead_code)] // the conformance suite's nodes, unused elsewhere
 pub mod task_node;
+pub(crate) mod teardown;
 pub mod workload;
 
 use std::time::Duration;
@@ -71,6 +72,7 @@ pub async fn spawn_app_with(config: Config) -> TestApp {
 /// An app whose sessions expire on `time` (replicas of one test share it).
 pub async fn spawn_app_on(config: Config, time: ManualTime) -> TestApp {
     ensure_database().await;
+    teardown::joined(&config.redis_key_prefix);
     let app = Application::build_with_clock(config.clone(), time.clock())
         .await
         .expect("application builds");
@@ -115,6 +117,7 @@ impl PressAnswer {
 
 impl TestApp {
     pub async fn press(&self, session_id: &str) -> PressAnswer {
+        teardown::pressed(&self.config.redis_key_prefix, session_id);
         let response = self
             .http
             .post(format!("{}/press", self.address))
@@ -227,6 +230,7 @@ impl Drop for TestApp {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
+        teardown::left(&self.config.redis_key_prefix);
     }
 }
 

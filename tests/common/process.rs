@@ -213,6 +213,8 @@ pub struct BalancerProcess {
     child: Child,
     pub url: String,
     http: reqwest::Client,
+    /// Its Redis key prefix (its own, or a test's it joined).
+    prefix: String,
 }
 
 impl BalancerProcess {
@@ -229,11 +231,19 @@ impl BalancerProcess {
     ) -> Self {
         super::ensure_database().await;
         let port = free_port();
+        let prefix = env
+            .iter()
+            .find(|(name, _)| *name == "REDIS_KEY_PREFIX")
+            .map_or_else(
+                || format!("{}:", super::unique("process")),
+                |(_, p)| p.to_string(),
+            );
+        super::teardown::joined(&prefix);
         let child = Command::new(binary)
             .env("LISTEN_ADDR", format!("127.0.0.1:{port}"))
             .env("DATABASE_URL", super::database_url())
             .env("REDIS_URL", super::redis_url())
-            .env("REDIS_KEY_PREFIX", format!("{}:", super::unique("process")))
+            .env("REDIS_KEY_PREFIX", &prefix)
             .env("ADMIN_TOKEN", super::ADMIN_TOKEN)
             .env("HEALTH_CHECK_INTERVAL_MS", "200")
             .env("RUST_LOG", "warn")
@@ -246,6 +256,7 @@ impl BalancerProcess {
             child,
             url: format!("http://127.0.0.1:{port}"),
             http: reqwest::Client::new(),
+            prefix,
         };
         for _ in 0..100 {
             let ready = balancer
@@ -331,5 +342,6 @@ impl Drop for BalancerProcess {
             .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
+        super::teardown::left(&self.prefix);
     }
 }

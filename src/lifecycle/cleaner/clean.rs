@@ -306,6 +306,8 @@ impl NodeCleaner {
     pub async fn finish_stale(&self, addr: &str, seq: u64) -> Result<bool, CleanError> {
         self.locked(addr, Duration::ZERO, move |this, lock| async move {
             let addr = lock.node().to_owned();
+            // Which Redis holds the journal's fence: read first (Fenced).
+            let server = this.store.server_id().await.ok();
             let Some(journal) = this.store.journal(&addr).await? else {
                 // None, or one that does not parse (deleted here, or the
                 // fence it keeps would never come down).
@@ -315,7 +317,7 @@ impl NodeCleaner {
             };
             // The journal's fence, up since its cleaner stopped: this
             // operation's now.
-            let fence = Fenced::adopt(&this, &lock, journal.seq);
+            let fence = Fenced::adopt(&this, &lock, journal.seq, server);
             let state = this.store.get_node(&addr).await?.map(|n| n.state);
             let report = match journal.generation {
                 // Failed (or gone) since: it is never asked to archive, and

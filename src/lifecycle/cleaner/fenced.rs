@@ -24,17 +24,28 @@ pub(super) struct Fenced<'a> {
     cleaner: &'a NodeCleaner,
     lock: &'a NodeLock,
     seq: u64,
+    /// The Redis that holds the fence (`SessionStore::server_id`), when
+    /// known: a retried lower stops once another server answers, which
+    /// may have handed this fence's number to a newer operation.
+    server: Option<String>,
     lowered: bool,
 }
 
 impl<'a> Fenced<'a> {
     /// The fence a journal left up (sequence `seq`), taken over under the
-    /// node's lock by the operation that finishes the journal.
-    pub(super) fn adopt(cleaner: &'a NodeCleaner, lock: &'a NodeLock, seq: u64) -> Self {
+    /// node's lock by the operation that finishes the journal; `server`
+    /// (`SessionStore::server_id`) read before the journal was.
+    pub(super) fn adopt(
+        cleaner: &'a NodeCleaner,
+        lock: &'a NodeLock,
+        seq: u64,
+        server: Option<String>,
+    ) -> Self {
         Self {
             cleaner,
             lock,
             seq,
+            server,
             lowered: false,
         }
     }
@@ -59,7 +70,8 @@ impl<'a> Fenced<'a> {
         self.lowered = true;
         if let Err(error) = self.cleaner.store.lower_fence(self.node(), self.seq).await {
             warn!(node = %self.node(), %error, "could not lower a fence; trying again in the background");
-            self.cleaner.lower_later(self.node(), self.seq);
+            self.cleaner
+                .lower_later(self.node(), self.seq, self.server.take());
         }
     }
 }
@@ -67,7 +79,8 @@ impl<'a> Fenced<'a> {
 impl Drop for Fenced<'_> {
     fn drop(&mut self) {
         if !self.lowered {
-            self.cleaner.lower_later(self.node(), self.seq);
+            self.cleaner
+                .lower_later(self.node(), self.seq, self.server.take());
         }
     }
 }
@@ -85,15 +98,20 @@ impl NodeCleaner {
         reason: FenceReason,
         token_first: bool,
     ) -> Result<Fenced<'a>, CleanError> {
+        // Read before the raise: if Redis changes in between, the fence is
+        // on a server this does not name, and is left to the sweep.
+        let server = self.store.server_id().await.ok();
         let started = std::time::Instant::now();
         let raised = self.raise_and_wait_acks(lock, reason, token_first).await;
         let outcome = if raised.is_ok() { "acked" } else { "failed" };
         metrics::histogram!("nodes_control_fence_wait_seconds", "outcome" => outcome)
             .record(started.elapsed().as_secs_f64());
+        let seq = raised?;
         Ok(Fenced {
             cleaner: self,
             lock,
-            seq: raised?,
+            seq,
+            server,
             lowered: false,
         })
     }
@@ -151,15 +169,27 @@ impl NodeCleaner {
 
     /// Lowers the fence once Redis answers (unless a journal keeps it up),
     /// in the background, so a Redis outage does not keep the node fenced
-    /// until the fence's deadline once Redis is back; the sweep lowers a
-    /// fence still up past it.
-    fn lower_later(&self, addr: &str, seq: u64) {
+    /// until the fence's deadline once Redis is back. Only on the server
+    /// that holds it (`server`): a Redis that came back with older data may
+    /// hand the same number to a newer fence, which this must not lower.
+    /// Unknown, or another server: left to the sweep, which lowers a fence
+    /// past its deadline.
+    fn lower_later(&self, addr: &str, seq: u64, server: Option<String>) {
+        let Some(server) = server else {
+            return;
+        };
         let (store, addr) = (self.store.clone(), addr.to_owned());
         self.detached.spawn(async move {
             let give_up = tokio::time::Instant::now() + Duration::from_millis(LOCK_TTL_MS);
             while tokio::time::Instant::now() < give_up {
-                if store.lower_fence(&addr, seq).await.is_ok() {
-                    return;
+                match store.server_id().await {
+                    Ok(now) if now == server => {
+                        if store.lower_fence(&addr, seq).await.is_ok() {
+                            return;
+                        }
+                    }
+                    Ok(_) => return,
+                    Err(_) => {}
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }

@@ -1,0 +1,117 @@
+//! What a test leaves behind goes with its last application: every Redis
+//! key under its prefix and its rows in Postgres (those of its cluster, and
+//! the archive rows of the sessions it pressed through [`TestApp::press`]).
+//! Replicas of one test share a prefix, and a test may drop one replica
+//! while another serves on, so the prefix is cleaned only when the last
+//! application using it is dropped.
+//!
+//! [`TestApp::press`]: super::TestApp::press
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{LazyLock, Mutex};
+use std::time::Duration;
+
+/// Per prefix: the applications using it, the sessions they pressed.
+type Live = HashMap<String, (usize, HashSet<String>)>;
+
+static LIVE: LazyLock<Mutex<Live>> = LazyLock::new(Mutex::default);
+
+fn live() -> std::sync::MutexGuard<'static, Live> {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// An application with this prefix started.
+pub fn joined(prefix: &str) {
+    live().entry(prefix.to_owned()).or_default().0 += 1;
+}
+
+/// A session a test pressed under this prefix: its archive row goes too.
+pub fn pressed(prefix: &str, session_id: &str) {
+    if let Some((_, sessions)) = live().get_mut(prefix) {
+        sessions.insert(session_id.to_owned());
+    }
+}
+
+/// An application with this prefix was dropped; the last one cleans up, on
+/// a thread of its own (the test's runtime may have one thread, busy here).
+pub fn left(prefix: &str) {
+    let sessions = {
+        let mut live = live();
+        let Some(entry) = live.get_mut(prefix) else {
+            return;
+        };
+        entry.0 -= 1;
+        if entry.0 > 0 {
+            return;
+        }
+        live.remove(prefix).map(|(_, s)| s).unwrap_or_default()
+    };
+    let prefix = prefix.to_owned();
+    let cleaning = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let work = clean(&prefix, sessions.into_iter().collect());
+        let finished =
+            runtime.block_on(async { tokio::time::timeout(Duration::from_secs(10), work).await });
+        if finished.is_err() {
+            eprintln!("teardown of {prefix} did not finish in 10 s; its keys may stay");
+        }
+    });
+    let _ = cleaning.join();
+}
+
+async fn clean(prefix: &str, sessions: Vec<String>) {
+    // Postgres first: an application still stopping that found its Redis
+    // state gone would otherwise rebuild it from the rows.
+    if let Ok(pool) = sqlx::PgPool::connect(&testkit::database_url()).await {
+        for table in ["session_placements", "node_events", "clean_tokens", "nodes"] {
+            let _ = sqlx::query(&format!("DELETE FROM {table} WHERE cluster = $1"))
+                .bind(prefix)
+                .execute(&pool)
+                .await;
+        }
+        let _ = sqlx::query("DELETE FROM session_archive WHERE session_id = ANY($1)")
+            .bind(&sessions)
+            .execute(&pool)
+            .await;
+        pool.close().await;
+    }
+    let mut servers = testkit::redis_servers();
+    servers.push(format!("redis://{}", testkit::single_redis_addr()));
+    servers.dedup();
+    for server in servers {
+        let _ = unlink_prefix(&server, prefix).await;
+    }
+}
+
+/// Every key under `prefix` on one server, one `UNLINK` each (on a cluster
+/// a command stays in one slot).
+async fn unlink_prefix(server: &str, prefix: &str) -> redis::RedisResult<()> {
+    let client = redis::Client::open(server)?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let mut cursor = 0u64;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await?;
+        let mut pipe = redis::pipe();
+        for key in &keys {
+            pipe.cmd("UNLINK").arg(key).ignore();
+        }
+        if !keys.is_empty() {
+            // A replica refuses (READONLY); its primary is scanned too.
+            let _ = pipe.query_async::<()>(&mut conn).await;
+        }
+        if next == 0 {
+            return Ok(());
+        }
+        cursor = next;
+    }
+}
