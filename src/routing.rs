@@ -110,7 +110,7 @@ impl Router {
             .increment(1);
             match answer {
                 Ok(answer) => {
-                    entry.answered();
+                    entry.evidence.answered();
                     entry.limit.answered();
                     return Ok(Routed {
                         status: answer.status,

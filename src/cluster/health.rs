@@ -16,7 +16,6 @@
 //! as after any failure. Only a node whose health answer carries an
 //! instance id can be caught that way.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -85,7 +84,7 @@ impl HealthChecker {
             .all()
             .into_iter()
             .partition(|e| match e.state() {
-                NodeState::Down => e.next_probe_ms.load(Ordering::Acquire) <= now,
+                NodeState::Down => e.evidence.probe_due(now),
                 NodeState::Up | NodeState::Draining => !unprobed,
             });
         // Every node of the view has its gauges set every round (a gauge
@@ -124,8 +123,7 @@ impl HealthChecker {
     }
 
     async fn healthy(&self, entry: &NodeEntry, health: &NodeHealth, report: &mut HealthReport) {
-        entry.health_fails.store(0, Ordering::Relaxed);
-        let oks = entry.health_oks.fetch_add(1, Ordering::Relaxed) + 1;
+        let oks = entry.evidence.check_passed();
         let restarted = match (entry.instance(), &health.instance) {
             (Some(recorded), Some(reported)) => &recorded != reported,
             _ => false,
@@ -142,7 +140,7 @@ impl HealthChecker {
             NodeState::Down if oks >= self.rise => {
                 match self.registry.recover(&entry.address).await {
                     Ok(true) => {
-                        entry.probe_backoff_ms.store(0, Ordering::Relaxed);
+                        entry.evidence.recovered();
                         report.recovered.push(entry.address.clone())
                     }
                     Ok(false) => self.back_off(entry),
@@ -157,8 +155,7 @@ impl HealthChecker {
     }
 
     async fn unhealthy(&self, entry: &NodeEntry, error: &NodeCallError, report: &mut HealthReport) {
-        entry.health_oks.store(0, Ordering::Relaxed);
-        let fails = entry.health_fails.fetch_add(1, Ordering::Relaxed) + 1;
+        let fails = entry.evidence.check_failed();
         match entry.state() {
             NodeState::Up | NodeState::Draining if fails >= self.fall => {
                 let reason = format!("failed {fails} health checks in a row: {error}");
@@ -182,14 +179,9 @@ impl HealthChecker {
     /// serve: a TCP check passes, the wipe does not), is checked again
     /// later, not every interval.
     fn back_off(&self, entry: &NodeEntry) {
-        entry.health_oks.store(0, Ordering::Relaxed);
-        let interval = self.interval.as_millis() as u64;
-        let backoff = (entry.probe_backoff_ms.load(Ordering::Relaxed) * 2)
-            .clamp(interval, MAX_BACKOFF_MS.max(interval));
-        entry.probe_backoff_ms.store(backoff, Ordering::Relaxed);
         entry
-            .next_probe_ms
-            .store(now_ms() + backoff as i64, Ordering::Release);
+            .evidence
+            .back_off(now_ms(), self.interval.as_millis() as u64, MAX_BACKOFF_MS);
     }
 
     /// Marks the node down and moves its sessions off it now, not at their

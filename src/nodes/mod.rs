@@ -4,6 +4,7 @@
 
 pub mod address;
 pub mod client;
+pub mod evidence;
 pub mod limit;
 pub mod pool;
 pub mod record;

@@ -58,13 +58,8 @@ pub struct NodeEntry {
     /// Serialises this replica's presses that find the node down, so one of
     /// them runs the failover and the others only re-read their mapping.
     pub(crate) failover: tokio::sync::Mutex<()>,
-    /// Consecutive health-check results, for rise/fall hysteresis.
-    pub(crate) health_fails: AtomicU32,
-    pub(crate) health_oks: AtomicU32,
-    /// A down node is probed with back-off: not before this (ms since the
-    /// epoch), and the current back-off.
-    pub(crate) next_probe_ms: std::sync::atomic::AtomicI64,
-    pub(crate) probe_backoff_ms: AtomicU64,
+    /// What this replica has seen of the node's health.
+    pub evidence: super::evidence::Evidence,
     /// The instance id recorded at the node's last wipe. A std mutex,
     /// never held across an await.
     instance: std::sync::Mutex<Option<String>>,
@@ -72,9 +67,6 @@ pub struct NodeEntry {
     press_pool: std::sync::OnceLock<super::pool::PressPool>,
     /// This replica's limit on presses in flight to the node, and its queue.
     pub limit: InFlightLimit,
-    /// When the node last answered anything (a press, a health check), on
-    /// [`mono_ms`]: a node that answers is alive, however slow.
-    last_answer_ms: AtomicU64,
     /// This node's press metrics, registered once.
     pub metrics: NodeMetrics,
 }
@@ -129,14 +121,10 @@ impl NodeEntry {
             gate: Arc::new(AsyncRwLock::new(())),
             down: tokio::sync::Notify::new(),
             failover: tokio::sync::Mutex::new(()),
-            health_fails: AtomicU32::new(0),
-            health_oks: AtomicU32::new(0),
-            next_probe_ms: std::sync::atomic::AtomicI64::new(0),
-            probe_backoff_ms: AtomicU64::new(0),
+            evidence: Default::default(),
             instance: std::sync::Mutex::new(record.instance.clone()),
             press_pool: std::sync::OnceLock::new(),
             limit: InFlightLimit::new(max_in_flight),
-            last_answer_ms: AtomicU64::new(0),
             metrics: NodeMetrics::new(&record.address, &record.name),
         })
     }
@@ -159,16 +147,6 @@ impl NodeEntry {
                 connect_timeout,
             )
         }))
-    }
-
-    /// Records that the node answered just now.
-    pub fn answered(&self) {
-        self.last_answer_ms.store(mono_ms(), Ordering::Release);
-    }
-
-    /// Whether the node answered anything at or after `since` (on [`mono_ms`]).
-    pub fn answered_since(&self, since: u64) -> bool {
-        self.last_answer_ms.load(Ordering::Acquire) >= since
     }
 
     /// Connections now carrying a press to the node, when this replica
@@ -415,7 +393,7 @@ impl NodeTable {
         // timed out) it holds connections of ours carrying presses: a full
         // listen backlog or a long queue of its own, not a dead process. (A
         // node cut off holds none: every press of ours is still connecting.)
-        let busy = entry.answered_since(sent_at)
+        let busy = entry.evidence.answered_since(sent_at)
             || matches!(error, NodeCallError::ConnectTimeout)
                 && entry.connections_busy().unwrap_or(0) > 0;
         if busy {

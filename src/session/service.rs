@@ -483,13 +483,13 @@ impl SessionService {
         let error = match result {
             Ok(count) => {
                 entry.metrics.served.increment(1);
-                entry.answered();
+                entry.evidence.answered();
                 entry.limit.answered();
                 return Attempt::Served(count);
             }
             // The node is well and counted nothing.
             Err(NodeCallError::StaleEpoch { fence }) => {
-                entry.answered();
+                entry.evidence.answered();
                 return Attempt::Refused { fence };
             }
             Err(error) => error,
@@ -558,7 +558,7 @@ impl SessionService {
                     result = &mut exchange => match result {
                         // A refusal is an answer too: nothing was counted.
                         Ok(_) | Err(NodeCallError::StaleEpoch { .. }) => {
-                            entry.answered();
+                            entry.evidence.answered();
                             entry.limit.answered();
                             return;
                         }
@@ -577,7 +577,7 @@ impl SessionService {
                     _ = &mut down => return,
                     _ = tick.tick() => {
                         periods += 1;
-                        let alive = entry.answered_since(looked_at);
+                        let alive = entry.evidence.answered_since(looked_at);
                         looked_at = crate::nodes::mono_ms();
                         if alive && periods < CARRY_LIMIT {
                             continue;
