@@ -2,7 +2,7 @@
 //! (so cleaners know to wait for it) and follows the raised fences; for each
 //! one it closes its local gate to the node, which waits for its in-flight
 //! presses there to finish, then acknowledges. The gate opens again when the
-//! fence is lowered, and the node's clean epoch moves on so presses that
+//! fence is lowered, and the node's clean mark moves on so presses that
 //! read a mapping before the clean read it again.
 //!
 //! Wake, don't poll: every raise, lower and ack is published on the events

@@ -31,7 +31,7 @@ pub struct NodeEntry {
     in_flight: Arc<AtomicUsize>,
     /// The table's membership, moved on when this node's state changes.
     membership: Arc<Membership>,
-    /// Table epoch at which the last clean of this node ended.
+    /// The table's clean mark at which the last clean of this node ended.
     cleaned_at: AtomicU64,
     /// Whether the node refuses presses under an older fencing epoch (it
     /// offers `fencing`): presses then carry [`fence_epoch`](Self::fence_epoch).
@@ -222,15 +222,15 @@ impl NodeEntry {
     }
 
     /// The fencing epoch a press carries. Loaded *before* the press checks
-    /// [`cleaned_since`](Self::cleaned_since) for the table epoch it read
+    /// [`cleaned_since`](Self::cleaned_since) for the clean mark it read
     /// before its mapping: see [`NodeTable::learn_epoch`].
     pub fn fence_epoch(&self) -> u64 {
         self.fence_epoch.load(Ordering::SeqCst)
     }
 
-    /// Whether a clean of this node ended after table epoch `epoch`.
-    pub fn cleaned_since(&self, epoch: u64) -> bool {
-        self.cleaned_at.load(Ordering::SeqCst) > epoch
+    /// Whether a clean of this node ended after the clean mark `mark`.
+    pub fn cleaned_since(&self, mark: u64) -> bool {
+        self.cleaned_at.load(Ordering::SeqCst) > mark
     }
 
     /// Presses of this replica currently in flight to the node.
@@ -356,10 +356,12 @@ pub struct NodeTable {
     /// A std lock: held only to clone an `Arc` out or to swap entries, never
     /// across an await.
     entries: RwLock<HashMap<String, Arc<NodeEntry>>>,
-    /// Moves on whenever a fence is lifted; each node remembers the epoch
-    /// its last clean ended at. A press that read its mapping before the
-    /// clean of its node ended must read it again (it may be stale).
-    epoch: AtomicU64,
+    /// The clean mark: moves on whenever a clean of some node ends (a fence
+    /// is lifted); each node remembers the mark its last clean ended at. A
+    /// press that read its mapping before the clean of its node ended must
+    /// read it again (it may be stale). Not a fencing epoch: this
+    /// replica's own counter, never shared.
+    clean_mark: AtomicU64,
     /// `NODE_MAX_IN_FLIGHT`: every node's limit starts here.
     max_in_flight: usize,
 }
@@ -376,7 +378,7 @@ impl NodeTable {
             loads: LoadTracker::default(),
             membership: Arc::default(),
             entries: RwLock::default(),
-            epoch: AtomicU64::new(0),
+            clean_mark: AtomicU64::new(0),
             max_in_flight,
         }
     }
@@ -426,20 +428,22 @@ impl NodeTable {
         all
     }
 
-    pub fn epoch(&self) -> u64 {
-        self.epoch.load(Ordering::SeqCst)
+    /// The clean mark now: read before a mapping, to tell later whether a
+    /// clean of its node ended since ([`NodeEntry::cleaned_since`]).
+    pub fn clean_mark(&self) -> u64 {
+        self.clean_mark.load(Ordering::SeqCst)
     }
 
     /// Records that a clean of `node` just ended.
     pub fn cleaned(&self, node: &NodeEntry) {
-        let epoch = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
-        node.cleaned_at.fetch_max(epoch, Ordering::SeqCst);
+        let mark = self.clean_mark.fetch_add(1, Ordering::AcqRel) + 1;
+        node.cleaned_at.fetch_max(mark, Ordering::SeqCst);
     }
 
     /// Records that every node may have been cleaned just now (this
     /// replica's lease ran out): mappings read before are void.
     pub fn cleaned_all(&self) {
-        let mark = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
+        let mark = self.clean_mark.fetch_add(1, Ordering::SeqCst) + 1;
         for node in self.read().values() {
             node.cleaned_at.fetch_max(mark, Ordering::SeqCst);
         }
@@ -449,7 +453,7 @@ impl NodeTable {
     /// press sends the epoch with a mapping read *before* it learned it
     /// only if no clean ended in between, so the clean mark moves first and
     /// the epoch after: a press that loads the new epoch (then checks the
-    /// mark against the table epoch it read before its mapping) sees the
+    /// mark against the clean mark it read before its mapping) sees the
     /// mark too, and reads its mapping again unless the mark is older than
     /// that read, in which case the epoch was in Redis (and the clean that
     /// wrote it complete) before the mapping was read.
@@ -457,7 +461,7 @@ impl NodeTable {
         if node.fence_epoch.load(Ordering::SeqCst) >= epoch {
             return;
         }
-        let mark = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
+        let mark = self.clean_mark.fetch_add(1, Ordering::SeqCst) + 1;
         node.cleaned_at.fetch_max(mark, Ordering::SeqCst);
         node.fence_epoch.fetch_max(epoch, Ordering::SeqCst);
     }
@@ -526,8 +530,8 @@ impl NodeTable {
                     // A node (re)appearing in this view may have been cleaned
                     // while we did not know it (a removal and re-add, a
                     // rebuilt registry): mappings read before now are void.
-                    let epoch = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
-                    entry.cleaned_at.store(epoch, Ordering::Release);
+                    let mark = self.clean_mark.fetch_add(1, Ordering::AcqRel) + 1;
+                    entry.cleaned_at.store(mark, Ordering::Release);
                     entries.insert(record.address.clone(), Arc::new(entry));
                     self.membership.changed();
                 }

@@ -4,8 +4,8 @@
 //! Why a cached mapping can be trusted (the argument in full is in
 //! `docs/design.md`, "The mapping cache"): every change of a live session's
 //! node or base happens under a fence on its node, and lowering that fence
-//! moves the node's clean epoch on this replica; an entry remembers the
-//! epoch it was read at and is void once its node was cleaned since. That
+//! moves the node's clean mark on this replica; an entry remembers the
+//! mark it was read at and is void once its node was cleaned since. That
 //! needs this replica to follow fences, so the cache is used only while the
 //! lease is fresh ([`Lease`]); cleaners wait for our ack, or wait out every
 //! replica whose lease may still be fresh. Expiry is checked here, from the
@@ -24,8 +24,8 @@ pub const MAX_ENTRIES: usize = 2_000_000;
 #[derive(Clone)]
 struct Cached {
     mapping: Mapping,
-    /// The table epoch read before the mapping was.
-    epoch: u64,
+    /// The table's clean mark read before the mapping was.
+    mark: u64,
 }
 
 pub struct MappingCache {
@@ -41,9 +41,9 @@ impl MappingCache {
         }
     }
 
-    /// The cached mapping of `id` and the epoch it was read at, if the lease
+    /// The cached mapping of `id` and the clean mark it was read at, if the lease
     /// is fresh and the session has not expired. The caller still checks
-    /// that its node was not cleaned since that epoch.
+    /// that its node was not cleaned since that mark.
     pub fn get(&self, id: &str, now_ms: i64) -> Option<(Mapping, u64)> {
         if !self.lease.is_fresh() {
             return None;
@@ -52,11 +52,11 @@ impl MappingCache {
         if cached.mapping.expires_at_ms <= now_ms {
             return None;
         }
-        Some((cached.mapping.clone(), cached.epoch))
+        Some((cached.mapping.clone(), cached.mark))
     }
 
-    /// Remembers a mapping read from Redis after table epoch `epoch`.
-    pub fn put(&self, id: &str, mapping: &Mapping, epoch: u64) {
+    /// Remembers a mapping read from Redis after the clean mark `mark`.
+    pub fn put(&self, id: &str, mapping: &Mapping, mark: u64) {
         if self.entries.len() >= MAX_ENTRIES && !self.entries.contains_key(id) {
             return;
         }
@@ -64,7 +64,7 @@ impl MappingCache {
             id.to_owned(),
             Cached {
                 mapping: mapping.clone(),
-                epoch,
+                mark,
             },
         );
     }

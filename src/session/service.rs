@@ -226,11 +226,11 @@ impl SessionService {
             return Err(PressError::NotFollowingFences);
         }
         let deadline = Instant::now() + self.budget;
-        // The clean epoch is read before the mapping: a clean of the node
+        // The clean mark is read before the mapping: a clean of the node
         // that ends after this point makes us read the mapping again. From
-        // the cache, it is the epoch the cached mapping was read at.
-        let (mut mapping, mut epoch) = match self.cache.get(id, self.clock.now_ms()) {
-            Some((cached, epoch)) => (Some(cached), epoch),
+        // the cache, it is the mark the cached mapping was read at.
+        let (mut mapping, mut mark) = match self.cache.get(id, self.clock.now_ms()) {
+            Some((cached, mark)) => (Some(cached), mark),
             None => self.read(id).await?,
         };
         let mut failed: Option<(String, NodeCallError)> = None;
@@ -266,7 +266,7 @@ impl SessionService {
                     }
                     Err(error) => return Err(expire_error(error)),
                 }
-                (mapping, epoch) = self.read(id).await?;
+                (mapping, mark) = self.read(id).await?;
                 continue;
             }
             let entry = match self.entry(&current.node).await? {
@@ -276,7 +276,7 @@ impl SessionService {
                 Some(entry) => {
                     self.fail_over(&entry, id, deadline).await?;
                     failed_over = true;
-                    (mapping, epoch) = self.read(id).await?;
+                    (mapping, mark) = self.read(id).await?;
                     continue;
                 }
                 // Removed: nobody presses it any more; drop the mapping.
@@ -297,8 +297,8 @@ impl SessionService {
             // replica that answers its fence (the fence waits for us), so a
             // mapping read now holds until the press is answered; a node
             // that fences refuses it if a clean overtook it all the same.
-            if entry.cleaned_since(epoch) {
-                (mapping, epoch) = self.read(id).await?;
+            if entry.cleaned_since(mark) {
+                (mapping, mark) = self.read(id).await?;
                 continue;
             }
             // A place at the node, waited for in this replica's queue. Taken
@@ -336,7 +336,7 @@ impl SessionService {
                     debug!(node = %entry.address, session = %id, fence, "press refused under an older fencing epoch");
                     self.cache.forget(id);
                     self.learn_after_refusal(&entry, fence).await?;
-                    (mapping, epoch) = self.read(id).await?;
+                    (mapping, mark) = self.read(id).await?;
                     continue;
                 }
                 // Not the node's doing: it stays up, the press fails.
@@ -375,7 +375,7 @@ impl SessionService {
             self.cache.forget(id);
             self.fail_over(&entry, id, deadline).await?;
             failed_over = true;
-            (mapping, epoch) = self.read(id).await?;
+            (mapping, mark) = self.read(id).await?;
         }
     }
 
@@ -432,15 +432,15 @@ impl SessionService {
         Ok(())
     }
 
-    /// Reads the mapping from Redis (the epoch first) and caches it.
+    /// Reads the mapping from Redis (the clean mark first) and caches it.
     async fn read(&self, id: &str) -> Result<(Option<Mapping>, u64), PressError> {
-        let epoch = self.table().epoch();
+        let mark = self.table().clean_mark();
         let mapping = self.store.lookup(id).await?;
         match &mapping {
-            Some(m) => self.cache.put(id, m, epoch),
+            Some(m) => self.cache.put(id, m, mark),
             None => self.cache.forget(id),
         }
-        Ok((mapping, epoch))
+        Ok((mapping, mark))
     }
 
     /// Session time now (ms since the epoch): what expiry is decided on.
@@ -649,7 +649,7 @@ impl SessionService {
         stale_node: Option<&str>,
         after_failover: bool,
     ) -> Result<Mapping, PressError> {
-        let epoch = self.table().epoch();
+        let mark = self.table().clean_mark();
         let base = self.archive.fold_one(id).await?;
         let expires_at_ms = self.clock.now_ms() + self.ttl.as_millis() as i64;
         // The strategy's choice is a preference: the script still places
@@ -678,7 +678,7 @@ impl SessionService {
                             .record_placement(id, &placement.mapping.node, base, cause);
                     }
                 }
-                self.cache.put(id, &placement.mapping, epoch);
+                self.cache.put(id, &placement.mapping, mark);
                 Ok(placement.mapping)
             }
             Placed::NoNode => Err(PressError::NoNode),
