@@ -94,7 +94,7 @@ impl Router {
             } else {
                 Some(entry.start_request())
             };
-            let Some(_permit) = entry.limit.acquire(self.queue_timeout).await else {
+            let Some(_permit) = entry.link.limit.acquire(self.queue_timeout).await else {
                 return Err(RouteError::Busy(entry.address.clone()));
             };
             let sent_at = mono_ms();
@@ -111,7 +111,7 @@ impl Router {
             match answer {
                 Ok(answer) => {
                     entry.evidence.answered();
-                    entry.limit.answered();
+                    entry.link.limit.answered();
                     return Ok(Routed {
                         status: answer.status,
                         content_type: answer.content_type,
@@ -129,7 +129,7 @@ impl Router {
                         .spare(&entry, &source, sent_at)
                         .is_some() =>
                 {
-                    entry.limit.saturated(None);
+                    entry.link.limit.saturated(None);
                     warn!(node = %entry.address, error = %source, "/process timed out on a node that stays up");
                     return Err(RouteError::Busy(entry.address.clone()));
                 }

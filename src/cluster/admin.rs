@@ -437,7 +437,7 @@ impl NodeAdmin {
             .map(|r| {
                 let entry = self.table.get(&r.address);
                 let in_flight = entry.as_ref().map(|e| e.in_flight()).unwrap_or(0);
-                let in_flight_limit = entry.as_ref().map(|e| e.limit.limit()).unwrap_or(0);
+                let in_flight_limit = entry.as_ref().map(|e| e.link.limit.limit()).unwrap_or(0);
                 NodeView {
                     address: r.address,
                     name: r.name,

@@ -244,12 +244,13 @@ impl NodeClient {
             serde_json::to_vec(&PressBody { session_id, epoch })
                 .map_err(|e| NodeCallError::Request(e.to_string()))?,
         );
-        if node.press_pool(self.connect_timeout).is_some() {
+        if node.link.press_pool(self.connect_timeout).is_some() {
             // The hot path: the node's own pool; nothing cloned but the entry.
             let (node, connect_timeout) = (node.clone(), self.connect_timeout);
             return Ok(Box::pin(async move {
                 // Always there (checked above; a node's scheme never changes).
                 let pool = node
+                    .link
                     .press_pool(connect_timeout)
                     .ok_or_else(|| NodeCallError::Request("no press pool".to_owned()))?;
                 let parsed = pool
@@ -266,7 +267,7 @@ impl NodeClient {
         }
         let mut request = Request::new(Full::new(body));
         *request.method_mut() = Method::POST;
-        *request.uri_mut() = node.press_uri.clone();
+        *request.uri_mut() = node.link.press_uri.clone();
         request
             .headers_mut()
             .insert(header::CONTENT_TYPE, JSON.clone());

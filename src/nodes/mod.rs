@@ -6,6 +6,7 @@ pub mod address;
 pub mod client;
 pub mod evidence;
 pub mod limit;
+pub mod link;
 pub mod pool;
 pub mod record;
 pub mod selector;

@@ -7,11 +7,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use balancing::LoadTracker;
-use http::Uri;
 use tokio::sync::{RwLock as AsyncRwLock, RwLockWriteGuard};
 
 use super::client::NodeCallError;
-use super::limit::InFlightLimit;
 use super::record::{NodeRecord, NodeState};
 
 /// One node as this replica sees it.
@@ -20,8 +18,6 @@ pub struct NodeEntry {
     pub address: String,
     pub name: String,
     weight: AtomicU32,
-    /// `http://host:port/press`, parsed once so forwarding allocates no URI.
-    pub press_uri: Uri,
     /// The `X-Served-By` value, built once (`None` if the name is not a
     /// valid header value).
     pub served_by: Option<http::HeaderValue>,
@@ -63,38 +59,9 @@ pub struct NodeEntry {
     /// The instance id recorded at the node's last wipe. A std mutex,
     /// never held across an await.
     instance: std::sync::Mutex<Option<String>>,
-    /// Connections for presses, made on first use (plain HTTP nodes).
-    press_pool: std::sync::OnceLock<super::pool::PressPool>,
-    /// This replica's limit on presses in flight to the node, and its queue.
-    pub limit: InFlightLimit,
-    /// This node's press metrics, registered once.
-    pub metrics: NodeMetrics,
-}
-
-/// Presses forwarded to one node, by `address` and `name`: handles
-/// registered with the entry, so a press only bumps an atomic. (No per-node
-/// latency histogram: a second histogram sample per press cost measurable
-/// p99 in the yardstick; the press histogram covers the whole press.)
-#[derive(Debug)]
-pub struct NodeMetrics {
-    pub served: metrics::Counter,
-    pub failed: metrics::Counter,
-}
-
-impl NodeMetrics {
-    fn new(address: &str, name: &str) -> Self {
-        let labels = |outcome: &'static str| {
-            [
-                ("address", address.to_owned()),
-                ("name", name.to_owned()),
-                ("outcome", outcome.to_owned()),
-            ]
-        };
-        Self {
-            served: metrics::counter!("nodes_control_node_presses_total", &labels("ok")),
-            failed: metrics::counter!("nodes_control_node_presses_total", &labels("error")),
-        }
-    }
+    /// How presses reach the node: its press URI, its connections, this
+    /// replica's limit on them, its press metrics.
+    pub link: super::link::Link,
 }
 
 impl NodeEntry {
@@ -104,12 +71,11 @@ impl NodeEntry {
         membership: &Arc<Membership>,
         max_in_flight: usize,
     ) -> Option<Self> {
-        let press_uri = format!("{}/press", record.address).parse().ok()?;
+        let link = super::link::Link::new(&record.address, &record.name, max_in_flight)?;
         Some(Self {
             address: record.address.clone(),
             name: record.name.clone(),
             weight: AtomicU32::new(record.weight),
-            press_uri,
             served_by: http::HeaderValue::from_str(&record.name).ok(),
             state: AtomicU8::new(encode(record.state)),
             in_flight: loads.counter(&record.address.as_str().into()),
@@ -123,36 +89,8 @@ impl NodeEntry {
             failover: tokio::sync::Mutex::new(()),
             evidence: Default::default(),
             instance: std::sync::Mutex::new(record.instance.clone()),
-            press_pool: std::sync::OnceLock::new(),
-            limit: InFlightLimit::new(max_in_flight),
-            metrics: NodeMetrics::new(&record.address, &record.name),
+            link,
         })
-    }
-
-    /// The node's press connections, for a plain `http://` node.
-    pub fn press_pool(
-        &self,
-        connect_timeout: std::time::Duration,
-    ) -> Option<&super::pool::PressPool> {
-        if self.press_uri.scheme_str() != Some("http") {
-            return None;
-        }
-        let authority = self.press_uri.authority()?;
-        let port = authority.port_u16().unwrap_or(80);
-        Some(self.press_pool.get_or_init(|| {
-            super::pool::PressPool::new(
-                format!("{}:{port}", authority.host()),
-                authority.as_str(),
-                self.press_uri.path(),
-                connect_timeout,
-            )
-        }))
-    }
-
-    /// Connections now carrying a press to the node, when this replica
-    /// can tell (plain `http://` nodes): what the node has accepted.
-    pub fn connections_busy(&self) -> Option<usize> {
-        self.press_pool.get().map(|pool| pool.busy())
     }
 
     /// The instance id recorded at the node's last wipe, if it reports one.
@@ -397,7 +335,7 @@ impl NodeTable {
         // node cut off holds none: every press of ours is still connecting.)
         let busy = entry.evidence.answered_since(sent_at)
             || matches!(error, NodeCallError::ConnectTimeout)
-                && entry.connections_busy().unwrap_or(0) > 0;
+                && entry.link.connections_busy().unwrap_or(0) > 0;
         if busy {
             Some(Spared::Saturated)
         } else if !self.others_serve(&entry.address) {

@@ -309,7 +309,7 @@ impl SessionService {
                 .get_or_insert_with(|| Instant::now() + self.queue_timeout))
             .min(deadline)
             .saturating_duration_since(Instant::now());
-            let Some(permit) = entry.limit.acquire(queue_left).await else {
+            let Some(permit) = entry.link.limit.acquire(queue_left).await else {
                 metrics::counter!("nodes_control_node_busy_total").increment(1);
                 return Err(PressError::NodeBusy(entry.address.clone()));
             };
@@ -482,9 +482,9 @@ impl SessionService {
         };
         let error = match result {
             Ok(count) => {
-                entry.metrics.served.increment(1);
+                entry.link.metrics.served.increment(1);
                 entry.evidence.answered();
-                entry.limit.answered();
+                entry.link.limit.answered();
                 return Attempt::Served(count);
             }
             // The node is well and counted nothing.
@@ -494,7 +494,7 @@ impl SessionService {
             }
             Err(error) => error,
         };
-        entry.metrics.failed.increment(1);
+        entry.link.metrics.failed.increment(1);
         if !error.is_node_fault() {
             return Attempt::NotTheNode(error);
         }
@@ -518,10 +518,10 @@ impl SessionService {
         };
         if why == Spared::Saturated {
             let accepted = match error {
-                NodeCallError::ConnectTimeout => entry.connections_busy(),
+                NodeCallError::ConnectTimeout => entry.link.connections_busy(),
                 _ => None,
             };
-            if let Some(limit) = entry.limit.saturated(accepted) {
+            if let Some(limit) = entry.link.limit.saturated(accepted) {
                 info!(node = %entry.address, limit, %error, "node saturated: fewer presses in flight to it");
             }
         }
@@ -559,7 +559,7 @@ impl SessionService {
                         // A refusal is an answer too: nothing was counted.
                         Ok(_) | Err(NodeCallError::StaleEpoch { .. }) => {
                             entry.evidence.answered();
-                            entry.limit.answered();
+                            entry.link.limit.answered();
                             return;
                         }
                         Err(error) => {
