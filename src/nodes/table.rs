@@ -48,6 +48,9 @@ pub struct NodeEntry {
     /// shared, so that a press the node is slow to answer can keep holding
     /// it in a task of its own after its request was answered.
     gate: Arc<AsyncRwLock<()>>,
+    /// Presses of this replica waiting at the gate now (counted on the slow
+    /// path only: the usual press takes the gate at once).
+    held: AtomicUsize,
     /// Fired when the node is declared down: presses in flight there stop
     /// waiting for it and fail over at once (design.md §4.13).
     down: tokio::sync::Notify,
@@ -85,6 +88,7 @@ impl NodeEntry {
             down_unrecorded: std::sync::atomic::AtomicBool::new(false),
             fence_epoch: AtomicU64::new(record.epoch),
             gate: Arc::new(AsyncRwLock::new(())),
+            held: AtomicUsize::new(0),
             down: tokio::sync::Notify::new(),
             failover: tokio::sync::Mutex::new(()),
             evidence: Default::default(),
@@ -192,10 +196,21 @@ impl NodeEntry {
     ) -> Option<tokio::sync::OwnedRwLockReadGuard<()>> {
         match self.gate.clone().try_read_owned() {
             Ok(guard) => Some(guard),
-            Err(_) => tokio::time::timeout(wait, self.gate.clone().read_owned())
-                .await
-                .ok(),
+            Err(_) => {
+                self.held.fetch_add(1, Ordering::AcqRel);
+                // Counted down however the wait ends (a cancelled press too).
+                let _held = Held(&self.held);
+                tokio::time::timeout(wait, self.gate.clone().read_owned())
+                    .await
+                    .ok()
+            }
         }
+    }
+
+    /// Presses of this replica waiting at the gate now, held off by a
+    /// clean of the node.
+    pub fn presses_held(&self) -> usize {
+        self.held.load(Ordering::Acquire)
     }
 
     /// Waits for this replica's in-flight presses to the node to finish and
@@ -479,5 +494,15 @@ impl NodeTable {
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<NodeEntry>>> {
         self.entries.read().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Counts a press down from [`NodeEntry::presses_held`] when it stops
+/// waiting at the gate.
+struct Held<'a>(&'a AtomicUsize);
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }

@@ -198,7 +198,21 @@ async fn a_press_waits_behind_a_raised_fence_and_then_counts_on() {
         let s = s.clone();
         async move { app.press(&s).await }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The press is held at the node's gate (the evidence to wait for), and
+    // held there while the fence stands: it has not reached the node.
+    let entry = app
+        .ctx
+        .admin
+        .registry()
+        .table()
+        .get(&nodes[0].address)
+        .unwrap();
+    testkit::eventually(
+        Duration::from_secs(5),
+        "the press held at the gate",
+        || async { testkit::holds(entry.presses_held() == 1, || entry.presses_held()) },
+    )
+    .await;
     assert!(!pending.is_finished(), "a press reached a fenced node");
     store.lower_fence(&nodes[0].address, seq).await.unwrap();
     let answer = pending.await.unwrap();
