@@ -1,11 +1,15 @@
 # Common runs. `make up` is the docker compose stack without Docker.
-.PHONY: up down test test-cluster e2e lint fmt bench-sweep bench-press bench-slow bench-capacity agents sessions compare
+.PHONY: up down node test test-cluster e2e lint fmt bench-sweep bench-press bench-slow bench-capacity agents sessions compare
 
 up:
 	bash scripts/up.sh
 
 down:
 	bash scripts/down.sh
+
+# Start (or restart) node N of the `make up` stack: `make node N=4`.
+node:
+	bash scripts/node.sh $(N)
 
 test:
 	cargo test --workspace

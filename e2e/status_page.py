@@ -86,6 +86,16 @@ def main():
             e.find_element(By.CSS_SELECTOR, ".action").text == "removed" and removed in e.text
             for e in d.find_elements(By.CSS_SELECTOR, "#events tbody tr.event")))
         print(f"status page dropped {removed} and shows its removal")
+
+        # A link that carries the token opens the page without the prompt,
+        # and the token leaves the address bar.
+        driver.execute_script("sessionStorage.clear()")
+        driver.get("about:blank")  # a fragment alone would not load the page again
+        driver.get(base + "/status#token=" + token)
+        wait.until(lambda d: set(rows(d)) == addresses - {removed})
+        assert not driver.find_element(By.ID, "login").is_displayed(), "the prompt came back"
+        assert "token" not in driver.current_url, driver.current_url
+        print("status page opens from a link with the token, and drops it from the URL")
     except Exception:
         print(driver.find_element(By.TAG_NAME, "body").text, file=sys.stderr)
         raise

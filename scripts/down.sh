@@ -3,9 +3,16 @@
 set -u
 cd "$(dirname "$0")/.."
 run=${RUN_DIR:-.run}
+stopped=()
 for pid in "$run"/*.pid; do
     [ -e "$pid" ] || continue
-    kill "$(cat "$pid")" 2>/dev/null || true
+    if kill "$(cat "$pid")" 2>/dev/null; then
+        stopped+=("$(basename "$pid" .pid)")
+    fi
     rm -f "$pid"
 done
-echo "stopped"
+if [ ${#stopped[@]} -eq 0 ]; then
+    echo "nothing was running"
+else
+    echo "stopped ${stopped[*]}"
+fi

@@ -42,6 +42,7 @@ done
 
 bash scripts/services.sh
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
+    echo "building the release binaries (the first time takes several minutes)..."
     cargo build --release -p nodes-control -p click-node -p loadgen
 fi
 export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/nodes_control}

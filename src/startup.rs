@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::archive::events::Actor;
 use crate::archive::Archive;
 use crate::clock::Clock;
 use crate::cluster::{HealthChecker, NodeAdmin, NodeRegistry};
@@ -43,7 +44,7 @@ pub struct Application {
 async fn register_nodes(admin: &NodeAdmin, nodes: Vec<String>) -> Vec<String> {
     let mut pending = Vec::new();
     for address in nodes {
-        match admin.add(&address, None, None).await {
+        match admin.add_as(&address, None, None, Actor::Startup).await {
             Ok((node, _)) => {
                 info!(node = %node.address, state = %node.state, "initial node registered")
             }

@@ -17,6 +17,8 @@ use super::{Archive, ArchiveResult};
 #[serde(rename_all = "snake_case")]
 pub enum Actor {
     Admin,
+    /// The `NODES` of the configuration, registered at start-up.
+    Startup,
     HealthCheck,
     PressFailure,
     Clean,
@@ -29,6 +31,7 @@ impl Actor {
     pub fn as_str(self) -> &'static str {
         match self {
             Actor::Admin => "admin",
+            Actor::Startup => "startup",
             Actor::HealthCheck => "health_check",
             Actor::PressFailure => "press_failure",
             Actor::Clean => "clean",

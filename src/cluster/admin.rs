@@ -165,6 +165,19 @@ impl NodeAdmin {
         name: Option<&str>,
         weight: Option<u32>,
     ) -> Result<(NodeRecord, Outcome), AdminError> {
+        self.add_as(address, name, weight, Actor::Admin).await
+    }
+
+    /// [`add`](Self::add), recorded in the audit log as `actor`'s doing
+    /// (the `NODES` of the configuration are the start-up's, not an
+    /// admin's).
+    pub async fn add_as(
+        &self,
+        address: &str,
+        name: Option<&str>,
+        weight: Option<u32>,
+        actor: Actor,
+    ) -> Result<(NodeRecord, Outcome), AdminError> {
         let address = NodeAddress::parse(address)?;
         if weight.is_some_and(|w| w == 0 || w > MAX_WEIGHT) {
             return Err(AdminError::Weight);
@@ -174,14 +187,14 @@ impl NodeAdmin {
         }
         let requested_weight = weight;
         if let Some(existing) = self.store.get_node(address.as_str()).await? {
-            return self.re_add(existing, requested_weight).await;
+            return self.re_add(existing, requested_weight, actor).await;
         }
         let name = name.map(str::to_owned);
         let host_port = address.host_port();
         self.with_node_lock(address.as_str(), move |this, lock| async move {
             let addr = lock.node().to_owned();
             if let Some(existing) = this.store.get_node(&addr).await? {
-                return this.re_add(existing, requested_weight).await;
+                return this.re_add(existing, requested_weight, actor).await;
             }
             // One node, one registration (design.md §4.13): refused before
             // anything is sent that would change the node.
@@ -251,7 +264,7 @@ impl NodeAdmin {
             info!(node = %addr, name = %record.name, weight = record.weight, %state, %offers, "node added");
             // A node that did not answer is detected when it recovers.
             let reason = record.reason.clone().unwrap_or(offers);
-            let event = NodeEvent::new(Actor::Admin, &addr, "added")
+            let event = NodeEvent::new(actor, &addr, "added")
                 .states(None, Some(state.as_str()))
                 .sessions(0)
                 .reason(reason);
@@ -267,6 +280,7 @@ impl NodeAdmin {
         &self,
         mut existing: NodeRecord,
         weight: Option<u32>,
+        actor: Actor,
     ) -> Result<(NodeRecord, Outcome), AdminError> {
         let mut outcome = Outcome::Unchanged;
         if let Some(weight) = weight.filter(|w| *w != existing.weight) {
@@ -278,7 +292,7 @@ impl NodeAdmin {
                 .await?;
             info!(node = %existing.address, from = existing.weight, to = weight, "node re-weighted");
             self.archive.record(
-                NodeEvent::new(Actor::Admin, &existing.address, "reweighted")
+                NodeEvent::new(actor, &existing.address, "reweighted")
                     .reason(format!("weight {} -> {weight}", existing.weight)),
             );
             existing.weight = weight;

@@ -15,9 +15,9 @@ use super::ApiContext;
 #[derive(Clone)]
 pub struct SessionHash(pub String);
 
-/// The hash a session id is logged as (XXH3, 16 hex digits).
+/// The hash a session id is logged as ([`crate::session::id::logged`]).
 pub fn session_hash(id: &str) -> String {
-    format!("{:016x}", balancing::hash_key(id.as_bytes()))
+    crate::session::id::logged(id)
 }
 
 /// One line for a request that is done.

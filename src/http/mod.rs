@@ -86,6 +86,7 @@ pub fn router(ctx: ApiContext) -> Router {
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(axum::middleware::from_fn_with_state(ctx.clone(), deadline))
         .layer(axum::middleware::from_fn(no_transfer_encoding))
+        .layer(axum::middleware::from_fn(refuse_oversized))
         .layer(axum::middleware::from_fn_with_state(
             ctx.clone(),
             access::layer,
@@ -113,6 +114,25 @@ async fn no_transfer_encoding(
             "send the body with Content-Length; Transfer-Encoding is refused",
         )
         .into_response();
+    }
+    next.run(request).await
+}
+
+/// A body announced larger than the limit is refused from its head alone:
+/// before anything reads the body, so a client that sent `Expect:
+/// 100-continue` gets its 413 instead of an invitation to send megabytes.
+async fn refuse_oversized(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let announced = request
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if announced.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return ApiError::PayloadTooLarge(MAX_BODY_BYTES).into_response();
     }
     next.run(request).await
 }

@@ -1,7 +1,7 @@
 //! What every mark-down of a node records, whoever made it (the press
 //! path, the health checker, a clean the node did not answer): one
-//! counter, one log line, one event with the state it left, the reason on
-//! the node.
+//! counter, one log line, one event with the state it left and the
+//! sessions it held, the reason on the node.
 
 use tracing::warn;
 
@@ -23,11 +23,14 @@ pub async fn record_marked_down(
 ) {
     metrics::counter!("nodes_control_nodes_marked_down_total").increment(1);
     warn!(node = %addr, from = %before, %reason, "node marked down");
-    archive.record(
-        NodeEvent::new(actor, addr, "marked_down")
-            .states(Some(before.as_str()), Some("down"))
-            .reason(reason),
-    );
+    let mut event = NodeEvent::new(actor, addr, "marked_down")
+        .states(Some(before.as_str()), Some("down"))
+        .reason(reason);
+    // The sessions it holds: those its failover moves off it.
+    if let Ok(Some(node)) = store.get_node(addr).await {
+        event = event.sessions(node.active_sessions);
+    }
+    archive.record(event);
     if let Err(error) = store.set_node_notes(addr, reason, None).await {
         warn!(node = %addr, %error, "could not record why the node is down");
     }

@@ -8,6 +8,14 @@ use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
 
 pub const MAX_SESSION_ID_BYTES: usize = 255;
 
+/// How a session id appears in any log line: hashed (XXH3, 16 hex digits).
+/// A log is no place for users' identifiers; the hash still tells one
+/// session's lines apart, and the access log and the press path's own
+/// lines agree on it.
+pub fn logged(id: &str) -> String {
+    format!("{:016x}", balancing::hash_key(id.as_bytes()))
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SessionId(String);
 

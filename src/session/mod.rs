@@ -2,7 +2,7 @@
 //! fail over once when the node fails. Testable without HTTP.
 
 pub mod cache;
-mod id;
+pub mod id;
 mod service;
 
 pub use id::{SessionId, SessionIdError};

@@ -326,14 +326,14 @@ impl SessionService {
                     });
                 }
                 Attempt::Abandoned(held) => {
-                    debug!(node = %entry.address, session = %id, "press abandoned: node declared down");
+                    debug!(node = %entry.address, session = %super::id::logged(id), "press abandoned: node declared down");
                     held
                 }
                 // The node cleaned the session after its mapping was read:
                 // nothing was counted. Learn the node's epoch, read again.
                 Attempt::Refused { fence } => {
                     metrics::counter!("nodes_control_presses_refused_total").increment(1);
-                    debug!(node = %entry.address, session = %id, fence, "press refused under an older fencing epoch");
+                    debug!(node = %entry.address, session = %super::id::logged(id), fence, "press refused under an older fencing epoch");
                     self.cache.forget(id);
                     self.learn_after_refusal(&entry, fence).await?;
                     (mapping, mark) = self.read(id).await?;
@@ -390,7 +390,7 @@ impl SessionService {
         error: NodeCallError,
         failed: &mut Option<(String, NodeCallError)>,
     ) -> Result<(), PressError> {
-        warn!(node = %entry.address, session = %id, %error, "press failed; node marked down");
+        warn!(node = %entry.address, session = %super::id::logged(id), %error, "press failed; node marked down");
         self.registry
             .mark_down(
                 entry,
@@ -667,7 +667,7 @@ impl SessionService {
             Placed::Placed(placement) => {
                 if placement.created {
                     metrics::counter!("nodes_control_sessions_placed_total").increment(1);
-                    debug!(session = %id, node = %placement.mapping.node, base, "session placed");
+                    debug!(session = %super::id::logged(id), node = %placement.mapping.node, base, "session placed");
                     if self.history {
                         let cause = match (after_failover, base) {
                             (true, _) => Cause::FailedOver,

@@ -289,7 +289,17 @@ async fn a_drained_node_that_goes_down_and_comes_back_is_still_drained_and_leave
     // not put back into service; it holds nothing, so the drain finishes.
     nodes[0].restart();
     node_gone(&app, &address, Duration::from_secs(15)).await;
-    let log = node_events(&app, &address, 4).await;
+    // The log is written in the background: wait for the removal itself
+    // (a count of events could be met by the four before it).
+    let log = eventually(Duration::from_secs(5), "the removal in the log", || async {
+        let log = node_events(&app, &address, 1).await;
+        if log[0]["action"] == "removed" {
+            Ok(log)
+        } else {
+            Err(log)
+        }
+    })
+    .await;
     let recovered = log
         .iter()
         .find(|e| e["action"] == "recovered")
@@ -341,4 +351,36 @@ async fn a_drain_survives_redis_forgetting_while_the_drained_node_is_down() {
     // Back: the drain still stands, so it leaves instead of taking traffic.
     nodes[0].restart();
     node_gone(&app, &address, Duration::from_secs(40)).await;
+}
+
+#[tokio::test]
+async fn nodes_of_the_configuration_are_recorded_as_added_at_start_up_not_by_an_admin() {
+    let node = TestNode::start("configured", false);
+    let mut config = test_config();
+    config.nodes = vec![node.address.clone()];
+    let app = spawn_app_with(config).await;
+    let log = node_events(&app, &node.address, 1).await;
+    assert_eq!(log[0]["action"], "added", "{log:?}");
+    assert_eq!(log[0]["actor"], "startup", "{log:?}");
+}
+
+#[tokio::test]
+async fn a_node_marked_down_records_the_sessions_it_held() {
+    let app = spawn_app_with(test_config()).await;
+    let mut doomed = TestNode::start("doomed", false);
+    app.add_node(&doomed.address, "doomed").await;
+    let sessions: Vec<String> = (0..5).map(|i| unique(&format!("held-{i}"))).collect();
+    for session in &sessions {
+        assert_eq!(app.press(session).await.clicks(), 1);
+    }
+    let spare = TestNode::start("spare", false);
+    app.add_node(&spare.address, "spare").await;
+    doomed.kill();
+    assert_eq!(app.press(&sessions[0]).await.status, 200, "failed over");
+    let log = node_events(&app, &doomed.address, 2).await;
+    let down = log
+        .iter()
+        .find(|e| e["action"] == "marked_down")
+        .unwrap_or_else(|| panic!("no marked_down in {log:?}"));
+    assert_eq!(down["sessions"], 5, "{down}");
 }

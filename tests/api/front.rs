@@ -270,3 +270,28 @@ async fn presses_with_ambiguous_framing_are_refused_and_never_counted() {
     }
     assert_eq!(app.press(&session).await.clicks(), 1, "none was counted");
 }
+
+/// A body announced over the limit with `Expect: 100-continue` is refused
+/// from its head: the client is never invited to send the megabytes.
+#[tokio::test]
+async fn an_oversized_body_is_refused_before_it_is_invited() {
+    let (app, _nodes) = spawn_cluster(1).await;
+    let mut stream = connect(&app.address).await;
+    stream
+        .write_all(
+            b"POST /press HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+              Content-Length: 10000000\r\nExpect: 100-continue\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut first = vec![0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut first))
+        .await
+        .expect("an answer to the head alone")
+        .unwrap();
+    let head = String::from_utf8_lossy(&first[..n]).into_owned();
+    assert!(
+        head.starts_with("HTTP/1.1 413"),
+        "the first answer is not the 413: {head:?}"
+    );
+}

@@ -8,11 +8,12 @@ use std::path::{Path, PathBuf};
 use common::process::{click_node_binary, free_port};
 use common::{database_url, redis_url, unique, ADMIN_TOKEN};
 
-/// Three consecutive free ports after the returned base.
+/// Four consecutive free ports after the returned base (three nodes and
+/// a fourth started by `make node N=4`).
 fn free_node_base() -> u16 {
     loop {
         let base = free_port();
-        let free = (1..=3).all(|i| {
+        let free = (1..=4).all(|i| {
             base.checked_add(i)
                 .is_some_and(|port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
         });
@@ -40,10 +41,15 @@ impl Stack {
     }
 
     async fn script(&self, name: &str) -> std::process::Output {
+        self.script_with(name, &[]).await
+    }
+
+    async fn script_with(&self, name: &str, args: &[&str]) -> std::process::Output {
         let bin = click_node_binary();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("scripts/{name}.sh"));
         tokio::process::Command::new("bash")
             .arg(script)
+            .args(args)
             .env("RUN_DIR", &self.run)
             .env("BALANCER_PORT", self.balancer_port.to_string())
             .env("NODE_PORT_BASE", self.node_base.to_string())
@@ -109,6 +115,54 @@ async fn make_up_twice_refuses_the_second_and_leaves_the_first_serving() {
             "make down left the balancer running"
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let _ = std::fs::remove_dir_all(&stack.run);
+}
+
+fn stdout(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn listening(port: u16) -> bool {
+    std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
+/// `make node N=..` starts a fourth node of the stack or restarts one of
+/// its own, and `make down` stops those too: nothing is left listening.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn make_node_starts_and_restarts_nodes_that_make_down_stops() {
+    common::ensure_database().await;
+    let stack = Stack::new();
+    let up = stack.script("up").await;
+    assert!(up.status.success(), "up failed: {}", stderr(&up));
+    let pid_of = |n: u32| std::fs::read_to_string(stack.run.join(format!("n{n}.pid"))).unwrap();
+    let fourth = stack.script_with("node", &["4"]).await;
+    assert!(fourth.status.success(), "{}", stderr(&fourth));
+    assert!(listening(stack.node_base + 4), "n4 does not listen");
+    let before = pid_of(2);
+    let restarted = stack.script_with("node", &["2"]).await;
+    assert!(restarted.status.success(), "{}", stderr(&restarted));
+    assert!(
+        stdout(&restarted).contains("stopped n2"),
+        "{}",
+        stdout(&restarted)
+    );
+    assert_ne!(pid_of(2), before, "n2 is a new process");
+    assert!(listening(stack.node_base + 2), "n2 does not listen again");
+    let down = stack.script("down").await;
+    assert!(stdout(&down).contains("n4"), "{}", stdout(&down));
+    for port in [
+        stack.balancer_port,
+        stack.node_base + 1,
+        stack.node_base + 2,
+        stack.node_base + 4,
+    ] {
+        testkit::eventually(
+            std::time::Duration::from_secs(10),
+            &format!("port {port} closed"),
+            || async move { testkit::holds(!listening(port), || port) },
+        )
+        .await;
     }
     let _ = std::fs::remove_dir_all(&stack.run);
 }

@@ -6,8 +6,10 @@ use tracing_subscriber::EnvFilter;
 async fn main() -> anyhow::Result<()> {
     dotenvy::dotenv().ok();
     let config = Config::parse();
+    // Colour codes only where a person reads them: a log file gets plain text.
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
     let node = Node::new(&config)?;
     let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port)).await?;

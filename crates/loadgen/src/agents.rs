@@ -40,7 +40,7 @@ pub async fn run(opts: &AgentsOptions) -> anyhow::Result<Outputs> {
     let client = reqwest::Client::builder().timeout(opts.timeout).build()?;
     let next = Arc::new(AtomicUsize::new(0));
     let samples = Arc::new(Mutex::new(Vec::with_capacity(opts.requests)));
-    let bar = progress(opts.requests as u64, &format!("agents {}", opts.label));
+    let bar = progress(opts.requests as u64, "agents", &opts.label);
     let started = Instant::now();
     let workers: Vec<_> = (0..opts.concurrency.max(1))
         .map(|_| {

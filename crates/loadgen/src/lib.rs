@@ -107,14 +107,39 @@ pub(crate) fn describe(e: &reqwest::Error) -> String {
     }
 }
 
-/// A progress bar on the terminal (hidden when stderr is not one).
-pub(crate) fn progress(total: u64, what: &str) -> ProgressBar {
+/// A progress bar on the terminal (hidden when stderr is not one): the
+/// run's mode and label (once when they are the same word), requests done,
+/// their rate in whole requests per second.
+pub(crate) fn progress(total: u64, mode: &str, label: &str) -> ProgressBar {
     let bar = ProgressBar::new(total);
-    if let Ok(style) =
-        ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} {per_sec} eta {eta}")
+    if let Ok(style) = ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} {rate} eta {eta}")
     {
+        let style = style.with_key(
+            "rate",
+            |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.0}/s", state.per_sec());
+            },
+        );
         bar.set_style(style.progress_chars("=> "));
     }
-    bar.set_message(what.to_owned());
+    bar.set_message(progress_message(mode, label));
     bar
+}
+
+fn progress_message(mode: &str, label: &str) -> String {
+    if label.is_empty() || label == mode {
+        mode.to_owned()
+    } else {
+        format!("{mode} {label}")
+    }
+}
+
+#[cfg(test)]
+mod progress_tests {
+    #[test]
+    fn the_progress_line_names_the_mode_once_when_the_label_repeats_it() {
+        assert_eq!(super::progress_message("sessions", "sessions"), "sessions");
+        assert_eq!(super::progress_message("agents", "rr"), "agents rr");
+        assert_eq!(super::progress_message("agents", ""), "agents");
+    }
 }

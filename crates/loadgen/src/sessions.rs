@@ -34,7 +34,8 @@ pub async fn run(opts: &SessionsOptions) -> anyhow::Result<Outputs> {
     let results: Gathered = Arc::default();
     let bar = progress(
         (opts.sessions * opts.presses) as u64,
-        &format!("sessions {}", opts.label),
+        "sessions",
+        &opts.label,
     );
     let started = Instant::now();
     let workers: Vec<_> = (0..opts.concurrency.max(1))
