@@ -166,3 +166,99 @@ async fn make_node_starts_and_restarts_nodes_that_make_down_stops() {
     }
     let _ = std::fs::remove_dir_all(&stack.run);
 }
+
+/// The README's "Try it", run top to bottom against a `make up` stack (on
+/// ports of its own, a session id of its own): every command succeeds but
+/// the one it says fails, and the answers it shows are the ones given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_s_try_it_runs_in_order_on_the_make_up_stack() {
+    common::ensure_database().await;
+    let stack = Stack::new();
+    let up = stack.script("up").await;
+    assert!(up.status.success(), "up failed: {}", stderr(&up));
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let section = &readme[readme.find("## Try it").unwrap()..readme.find("### Errors").unwrap()];
+    let block = &section[section.find("```sh\n").unwrap() + 6..];
+    let block = &block[..block.find("```").unwrap()];
+    let session = unique("try-it");
+    let balancer = env!("CARGO_BIN_EXE_nodes-control");
+    let text = block
+        .replace(
+            "localhost:8000",
+            &format!("127.0.0.1:{}", stack.balancer_port),
+        )
+        .replace(
+            "127.0.0.1:8084",
+            &format!("127.0.0.1:{}", stack.node_base + 4),
+        )
+        .replace("\"u1\"", &format!("\"{session}\""))
+        .replace("/sessions/u1", &format!("/sessions/{session}"))
+        .replace("admin session u1", &format!("admin session {session}"))
+        .replace("./target/release/nodes-control", balancer)
+        .replace(
+            "make node N=4",
+            &format!("bash {}/scripts/node.sh 4", root.display()),
+        );
+    // Commands, continuation lines joined; each with whether it must fail.
+    let mut commands: Vec<(String, bool)> = Vec::new();
+    let (mut pending, mut fails) = (String::new(), false);
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if pending.is_empty() && (trimmed.is_empty() || trimmed.starts_with('#')) {
+            fails |= trimmed.contains("an error");
+            continue;
+        }
+        pending.push_str(line.trim_end_matches('\\'));
+        pending.push(' ');
+        if !line.ends_with('\\') {
+            commands.push((std::mem::take(&mut pending), fails));
+            fails = false;
+        }
+    }
+    assert!(commands.len() >= 15, "{commands:?}");
+    let mut answers = Vec::new();
+    for (command, must_fail) in &commands {
+        if command.starts_with("export ") {
+            continue; // the token: given to every command below
+        }
+        let output = tokio::process::Command::new("bash")
+            .arg("-c")
+            .arg(command)
+            .env("RUN_DIR", &stack.run)
+            .env("NODE_PORT_BASE", stack.node_base.to_string())
+            .env("BIN_DIR", click_node_binary().parent().unwrap())
+            .env("DATABASE_URL", database_url())
+            .env("ADMIN_TOKEN", ADMIN_TOKEN)
+            .env(
+                "NODES_CONTROL_URL",
+                format!("http://127.0.0.1:{}", stack.balancer_port),
+            )
+            .env("MIN_DELAY_MS", "0")
+            .env("MAX_DELAY_MS", "0")
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(
+            output.status.success(),
+            !must_fail,
+            "{command}\nstdout: {}\nstderr: {}",
+            stdout(&output),
+            stderr(&output)
+        );
+        answers.push(stdout(&output));
+    }
+    let said = |what: &str| answers.iter().any(|a| a.contains(what));
+    for shown in [
+        "You clicked 1 times",
+        "\"clicks\":2",
+        "\"result\":\"added\"",
+        "\"result\":\"draining\"",
+        "\"result\":\"removed\"",
+        "\"status\":\"ok\"",
+    ] {
+        assert!(said(shown), "no answer shows {shown}: {answers:#?}");
+    }
+    let _ = stack.script("down").await;
+    let _ = std::fs::remove_dir_all(&stack.run);
+}
