@@ -9,6 +9,24 @@ use std::time::Duration;
 use common::process::BalancerProcess;
 use common::{unique, TestNode};
 
+/// The log file at `path` once `holds` says it has what the test waits for.
+async fn log_once(
+    path: &std::path::Path,
+    within: Duration,
+    what: &str,
+    holds: impl Fn(&str) -> bool,
+) -> String {
+    testkit::eventually(within, what, || async {
+        let log = std::fs::read_to_string(path).unwrap();
+        if holds(&log) {
+            Ok(log)
+        } else {
+            Err(log)
+        }
+    })
+    .await
+}
+
 #[tokio::test]
 async fn a_log_file_gets_plain_access_lines_with_the_session_id_hashed() {
     let path = std::env::temp_dir().join(format!("{}.log", unique("access")));
@@ -29,13 +47,8 @@ async fn a_log_file_gets_plain_access_lines_with_the_session_id_hashed() {
     assert_eq!(missing.status(), 404);
 
     let hash = nodes_control::http::access::session_hash(&session);
-    let log = testkit::eventually(Duration::from_secs(5), "the access lines", || async {
-        let log = std::fs::read_to_string(&path).unwrap();
-        if log.contains("/nope") && log.contains(&hash) {
-            Ok(log)
-        } else {
-            Err(log)
-        }
+    let log = log_once(&path, Duration::from_secs(5), "the access lines", |log| {
+        log.contains("/nope") && log.contains(&hash)
     })
     .await;
     drop(balancer);
@@ -75,14 +88,12 @@ async fn a_failover_s_log_line_names_the_session_by_its_hash_only() {
     doomed.kill();
     assert_eq!(balancer.press(&session).await.status(), 200, "failed over");
     let hash = nodes_control::http::access::session_hash(&session);
-    let log = testkit::eventually(Duration::from_secs(5), "the failover's line", || async {
-        let log = std::fs::read_to_string(&path).unwrap();
-        if log.contains("press failed; node marked down") {
-            Ok(log)
-        } else {
-            Err(log)
-        }
-    })
+    let log = log_once(
+        &path,
+        Duration::from_secs(5),
+        "the failover's line",
+        |log| log.contains("press failed; node marked down"),
+    )
     .await;
     drop(balancer);
     let _ = std::fs::remove_file(&path);
@@ -115,14 +126,12 @@ async fn a_click_node_log_file_carries_no_colour_codes() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let log = testkit::eventually(Duration::from_secs(10), "the node's first line", || async {
-        let log = std::fs::read_to_string(&path).unwrap();
-        if log.contains("click-node listening") {
-            Ok(log)
-        } else {
-            Err(log)
-        }
-    })
+    let log = log_once(
+        &path,
+        Duration::from_secs(10),
+        "the node's first line",
+        |log| log.contains("click-node listening"),
+    )
     .await;
     let _ = node.kill();
     let _ = node.wait();
