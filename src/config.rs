@@ -163,7 +163,8 @@ pub struct Config {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Placement {
-    /// The up node with the fewest active sessions (atomic in Redis).
+    /// The up node with the fewest active sessions per unit of weight
+    /// (atomic in Redis).
     LeastSessions,
     /// Each replica cycles through the up nodes.
     RoundRobin,

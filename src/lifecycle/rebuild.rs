@@ -226,7 +226,7 @@ impl Rebuilder {
                 }
                 self.store.set_node_offers(&addr, record.offers).await?;
                 self.store.set_node_epoch(&addr, epoch).await?;
-                self.store.tally(&[(addr.clone(), record.number)]).await?;
+                self.store.tally(std::slice::from_ref(&record)).await?;
                 if draining {
                     self.store
                         .set_drain_until(&addr, crate::clock::wall_ms())

@@ -142,11 +142,7 @@ impl Sweeper {
         }
         // The counts placement goes by, made exact again (a placement that
         // lost a race, or whose replica died, may have left one too many).
-        let numbered: Vec<(String, u64)> = nodes
-            .iter()
-            .map(|node| (node.address.clone(), node.number))
-            .collect();
-        self.store.tally(&numbered).await?;
+        self.store.tally(&nodes).await?;
         if report.expired > 0 {
             info!(
                 expired = report.expired,

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use redis::AsyncCommands;
 
 use super::routes::{owner, slot_of_tag, Primary};
-use super::{Context, SessionStore, StoreResult};
+use super::{Context, NodeRecord, SessionStore, StoreResult};
 
 /// How many groups sessions are spread over: enough to spread over the
 /// primaries of any cluster we plan for (see docs/capacity.md),
@@ -237,14 +237,16 @@ impl SessionStore {
     /// group indexes. Placement counts a session on its node before the
     /// mapping exists (reserve.lua); a replica that died in between, or a
     /// race it lost, leaves a count one too high until this runs.
-    pub async fn tally(&self, nodes: &[(String, u64)]) -> StoreResult<()> {
+    /// A weight Redis has not recorded for placement (a node an earlier
+    /// release registered) is recorded from the node's own.
+    pub async fn tally(&self, nodes: &[NodeRecord]) -> StoreResult<()> {
         if nodes.is_empty() {
             return Ok(());
         }
         let sizes: Vec<Vec<u64>> = self
             .query_groups("counting a group's sessions in Redis", |group, pipe| {
-                for (_, number) in nodes {
-                    pipe.zcard(self.index_key(group, *number));
+                for node in nodes {
+                    pipe.zcard(self.index_key(group, node.number));
                 }
             })
             .await?;
@@ -254,23 +256,32 @@ impl SessionStore {
                 *total += size;
             }
         }
-        let counts: Vec<(&str, i64)> = nodes
+        let counts: Vec<(&str, i64, Option<u32>)> = nodes
             .iter()
             .zip(totals)
-            .map(|((address, _), total)| (address.as_str(), total as i64))
+            .map(|(node, total)| (node.address.as_str(), total as i64, Some(node.weight)))
             .collect();
         self.set_counts(false, &counts).await
     }
 
-    /// Sets (or, with `add`, moves) registered nodes' counts.
-    pub(super) async fn set_counts(&self, add: bool, counts: &[(&str, i64)]) -> StoreResult<()> {
+    /// Sets (or, with `add`, moves) registered nodes' counts; a weight given
+    /// is recorded where Redis has none (set_counts.lua).
+    pub(super) async fn set_counts(
+        &self,
+        add: bool,
+        counts: &[(&str, i64, Option<u32>)],
+    ) -> StoreResult<()> {
         let mut invocation = self.scripts.set_counts.prepare_invoke();
         invocation
             .key(self.key(&["placeable"]))
             .key(self.key(&["counts"]))
+            .key(self.key(&["weights"]))
             .arg(if add { "add" } else { "set" });
-        for (address, count) in counts {
-            invocation.arg(*address).arg(*count);
+        for (address, count, weight) in counts {
+            invocation
+                .arg(*address)
+                .arg(*count)
+                .arg(weight.map(|w| w.to_string()).unwrap_or_default());
         }
         invocation
             .invoke_async::<i64>(&mut self.conn())

@@ -15,7 +15,8 @@
 //! | `P{ctl}nodes` | zset | node address by registration time |
 //! | `P{ctl}node:{addr}` | hash | `name`, `weight`, `state`, `number`, `instance`, `reason`, `drain_until` |
 //! | `P{ctl}counts` | hash | node address -> active sessions, moved by the placement and unmapping scripts and set again from the sizes of the node's indexes by every sweep's tally (`groups::tally`) |
-//! | `P{ctl}placeable` | zset | up nodes scored by active sessions (placement is `ZRANGE 0 0`) |
+//! | `P{ctl}placeable` | zset | up nodes scored by active sessions per unit of weight (placement is `ZRANGE 0 0`) |
+//! | `P{ctl}weights` | hash | node address -> weight, for the scripts that score `placeable` (a node without one weighs 1) |
 //! | `P{ctl}lock:{name}` | string | short admin locks (one operation per node at a time), renewed while held |
 //! | `P{ctl}fences`, `fence_seq`, `fence_acks:{addr}:{seq}`, `replicas`, `journal:{addr}` | | the clean fence, see [`fences`] |
 //! | `P{ctl}events` | pub/sub channel | wakes replicas when a fence is raised, lowered or acknowledged |
@@ -140,10 +141,12 @@ struct Scripts {
     set_node_state: redis::Script,
     set_counts: redis::Script,
     delete_node: redis::Script,
+    set_node_weight: redis::Script,
 }
 
-/// A script that works on session mappings: the shared helpers first.
-fn mapping_script(body: &str) -> redis::Script {
+/// A script with the shared helpers (prelude.lua) first: the mapping
+/// format, the session's keys, and how placement weighs a node.
+fn with_prelude(body: &str) -> redis::Script {
     redis::Script::new(&format!("{}\n{body}", include_str!("prelude.lua")))
 }
 
@@ -200,14 +203,15 @@ impl SessionStore {
             cluster: matches!(target, RedisTarget::Cluster(_)),
             routes: Default::default(),
             scripts: std::sync::Arc::new(Scripts {
-                reserve: mapping_script(include_str!("reserve.lua")),
-                place: mapping_script(include_str!("place.lua")),
-                claim: mapping_script(include_str!("claim.lua")),
-                unmap: mapping_script(include_str!("unmap.lua")),
+                reserve: with_prelude(include_str!("reserve.lua")),
+                place: with_prelude(include_str!("place.lua")),
+                claim: with_prelude(include_str!("claim.lua")),
+                unmap: with_prelude(include_str!("unmap.lua")),
                 register_node: redis::Script::new(include_str!("register_node.lua")),
-                set_node_state: redis::Script::new(include_str!("set_node_state.lua")),
-                set_counts: redis::Script::new(include_str!("set_counts.lua")),
+                set_node_state: with_prelude(include_str!("set_node_state.lua")),
+                set_counts: with_prelude(include_str!("set_counts.lua")),
                 delete_node: redis::Script::new(include_str!("delete_node.lua")),
+                set_node_weight: with_prelude(include_str!("set_node_weight.lua")),
             }),
             node_addresses: Default::default(),
         })

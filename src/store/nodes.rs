@@ -37,6 +37,7 @@ impl SessionStore {
             .key(self.key(&["node_numbers"]))
             .key(self.key(&["node_addresses"]))
             .key(self.key(&["counts"]))
+            .key(self.key(&["weights"]))
             .arg(&node.address)
             .arg(&node.name)
             .arg(node.weight)
@@ -123,6 +124,7 @@ impl SessionStore {
             .key(self.key(&["node", address]))
             .key(self.key(&["placeable"]))
             .key(self.key(&["counts"]))
+            .key(self.key(&["weights"]))
             .arg(address)
             .arg(state.as_str())
             .arg(expected)
@@ -180,14 +182,20 @@ impl SessionStore {
         .await
     }
 
+    /// Changes a node's weight; its next placement already weighs it.
     pub async fn set_node_weight(&self, address: &str, weight: u32) -> StoreResult<()> {
-        self.set_node_field(
-            address,
-            "weight",
-            weight,
-            "changing a node's weight in Redis",
-        )
-        .await
+        self.scripts
+            .set_node_weight
+            .key(self.key(&["node", address]))
+            .key(self.key(&["placeable"]))
+            .key(self.key(&["counts"]))
+            .key(self.key(&["weights"]))
+            .arg(address)
+            .arg(weight)
+            .invoke_async::<i64>(&mut self.conn())
+            .await
+            .context("changing a node's weight in Redis")?;
+        Ok(())
     }
 
     /// Records the token of a clean the node has done, the fencing epoch
@@ -272,6 +280,7 @@ impl SessionStore {
             .key(self.key(&["nodes"]))
             .key(self.key(&["placeable"]))
             .key(self.key(&["counts"]))
+            .key(self.key(&["weights"]))
             .arg(address)
             .invoke_async::<i64>(&mut self.conn())
             .await

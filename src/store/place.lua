@@ -5,8 +5,8 @@
 --
 -- KEYS[1] placeable, KEYS[2] registry epoch, KEYS[3] counts,
 -- KEYS[4] node_numbers, KEYS[5] the session's bucket, KEYS[6] its group's
--- epoch (the chosen node's index is named here, from its number, in the
--- same group).
+-- epoch, KEYS[7] weights (the chosen node's index is named here, from its
+-- number, in the same group).
 -- ARGV: key prefix, id, base, expires_at_ms, stale node (''), preferred
 -- node (''), and a stale node number ('') that overrides the stale node's
 -- (a number the standing mapping named that Redis no longer knows).
@@ -47,14 +47,13 @@ if current then
       local left = math.max(tonumber(counted) - 1, 0)
       redis.call('HSET', KEYS[3], stale, left)
       if redis.call('ZSCORE', KEYS[1], stale) then
-        redis.call('ZADD', KEYS[1], left, stale)
+        redis.call('ZADD', KEYS[1], load_of(KEYS[7], stale, left), stale)
       end
     end
   end
   redis.call('HDEL', KEYS[5], id)
 end
-redis.call('ZINCRBY', KEYS[1], 1, node)
-redis.call('HINCRBY', KEYS[3], node, 1)
+count_one_more(KEYS[1], KEYS[3], KEYS[7], node)
 local _, index = session_keys(prefix, id, number)
 redis.call('HSET', KEYS[5], id, number .. ':' .. ARGV[3] .. ':' .. ARGV[4])
 redis.call('ZADD', index, ARGV[4], id)

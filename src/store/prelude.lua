@@ -18,10 +18,25 @@ local function unpack_mapping(value)
   return string.match(value, '^(%d+):(%-?%d+):(%-?%d+)$')
 end
 
+-- A node's score in `placeable`: its active sessions per unit of weight,
+-- as HAProxy's leastconn weighs its servers, so a node of weight 3 takes
+-- three new sessions for every one of a node of weight 1. A node with no
+-- weight in `weights` (registered by an earlier release, before the
+-- sweep's tally wrote it) weighs 1.
+local function load_of(weights, addr, count)
+  return count / (tonumber(redis.call('HGET', weights, addr)) or 1)
+end
+
+-- Counts one more session on `node` and scores it again in `placeable`.
+local function count_one_more(placeable, counts, weights, node)
+  local count = redis.call('HINCRBY', counts, node, 1)
+  redis.call('ZADD', placeable, load_of(weights, node, count), node)
+end
+
 -- The node a new session goes to: `preferred` (the caller's strategy's
 -- choice) if it is up and not `stale` (a node the caller saw fail), else
--- the up node with the fewest active sessions; nil when no node is up.
--- `placeable` is the zset of up nodes scored by active sessions.
+-- the up node with the fewest active sessions per unit of weight; nil when
+-- no node is up. `placeable` is the zset of up nodes scored by `load_of`.
 local function choose_node(placeable, stale, preferred)
   if preferred ~= '' and preferred ~= stale and redis.call('ZSCORE', placeable, preferred) then
     return preferred

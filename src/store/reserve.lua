@@ -2,7 +2,7 @@
 -- session and count it there at once, so concurrent placements spread.
 -- The node is ARGV[2] when the caller's strategy chose one that is still
 -- up (and not ARGV[1], a node the caller saw fail), else the up node with
--- the fewest active sessions. Step two (claim.lua) creates the mapping in
+-- the fewest active sessions per unit of weight. Step two (claim.lua) creates the mapping in
 -- the session's own slot; if the session had one already, the caller
 -- gives the count back, and if it never does (it died in between), the
 -- next tally of the groups (groups.rs) corrects the count.
@@ -12,7 +12,7 @@
 -- that must be archived first).
 --
 -- KEYS[1] placeable (up nodes by active sessions), KEYS[2] registry epoch,
--- KEYS[3] counts, KEYS[4] node_numbers.  ARGV: stale node, preferred node
+-- KEYS[3] counts, KEYS[4] node_numbers, KEYS[5] weights.  ARGV: stale node, preferred node
 -- ('' for none).
 -- Returns {node, number, stale node's number or ''}, false when no node
 -- is up, or {'', -1, ''} while the registry is not complete.
@@ -28,8 +28,7 @@ local number = redis.call('HGET', KEYS[4], node)
 if not number then
   return redis.error_reply('node ' .. node .. ' has no number (registered by an older version)')
 end
-redis.call('ZINCRBY', KEYS[1], 1, node)
-redis.call('HINCRBY', KEYS[3], node, 1)
+count_one_more(KEYS[1], KEYS[3], KEYS[5], node)
 local stale_number = ''
 if stale ~= '' then
   stale_number = redis.call('HGET', KEYS[4], stale) or ''

@@ -104,6 +104,7 @@ impl SessionStore {
                 .key(self.key(&["registry"]))
                 .key(self.key(&["counts"]))
                 .key(self.key(&["node_numbers"]))
+                .key(self.key(&["weights"]))
                 .arg(stale_node.unwrap_or(""))
                 .arg(preferred_node.unwrap_or(""))
                 .invoke_async(&mut self.conn())
@@ -141,7 +142,7 @@ impl SessionStore {
             let created = claimed.first() == Some(&1);
             if !created {
                 // The count reserve.lua took is not this session's.
-                self.set_counts(true, &[(&node, -1)]).await?;
+                self.set_counts(true, &[(&node, -1, None)]).await?;
             }
             let &[_, standing, base, expires_at_ms, replaced] = claimed.as_slice() else {
                 return Ok(Placed::NotReady); // the group forgot: being rebuilt
@@ -150,7 +151,7 @@ impl SessionStore {
             if let Some(stale) = stale_number.filter(|_| replaced == 1) {
                 // The session's mapping to the stale node was dropped.
                 if let Some(stale_node) = self.node_address(stale).await? {
-                    self.set_counts(true, &[(&stale_node, -1)]).await?;
+                    self.set_counts(true, &[(&stale_node, -1, None)]).await?;
                 }
             }
             let Some(address) = self.node_address(standing).await? else {
@@ -193,6 +194,7 @@ impl SessionStore {
                 .key(self.key(&["node_numbers"]))
                 .key(self.group_key(group, &["mappings", &bucket]))
                 .key(self.group_key(group, &["epoch"]))
+                .key(self.key(&["weights"]))
                 .arg(self.prefix.as_ref())
                 .arg(session_id)
                 .arg(base)
@@ -233,7 +235,7 @@ impl SessionStore {
         };
         let ids = self.node_sessions(address).await?;
         let dropped = self.unmap_in_groups(lock, number, &ids, &[]).await?;
-        self.set_counts(false, &[(address, 0)]).await?;
+        self.set_counts(false, &[(address, 0, None)]).await?;
         Ok(dropped)
     }
 
@@ -293,7 +295,7 @@ impl SessionStore {
             .await?
             .len();
         if unmapped > 0 {
-            self.set_counts(true, &[(address, -(unmapped as i64))])
+            self.set_counts(true, &[(address, -(unmapped as i64), None)])
                 .await?;
         }
         Ok(unmapped)

@@ -167,3 +167,52 @@ async fn every_placement_strategy_keeps_sessions_sticky_and_uses_every_node() {
         assert_eq!(per_node.len(), 3, "{placement:?}: {per_node:?}");
     }
 }
+
+/// Presses `count` new sessions one after another; the node each landed on.
+async fn place_new_sessions(app: &TestApp, tag: &str, count: usize) -> HashMap<String, usize> {
+    let mut per_node: HashMap<String, usize> = HashMap::new();
+    for i in 0..count {
+        let answer = app.press(&format!("{tag}-{i}")).await;
+        assert_eq!(answer.status, 200);
+        *per_node.entry(answer.served_by.unwrap()).or_default() += 1;
+    }
+    per_node
+}
+
+#[tokio::test]
+async fn least_sessions_placement_weighs_sessions_per_unit_of_weight() {
+    let app = spawn_app_with(test_config()).await;
+    let nodes = start_nodes(&app, 3, false).await;
+    let tag = unique("weighed");
+    let before = place_new_sessions(&app, &format!("{tag}-a"), 30).await;
+    assert!(
+        before.values().all(|&c| c == 10),
+        "equal weights: {before:?}"
+    );
+
+    // Re-weighted while it holds sessions: from now on it counts as a third
+    // of its sessions, so it takes new ones until 48 = 3 x 16.
+    let heavy = &nodes[1];
+    let (status, body) = app
+        .node_command(serde_json::json!({ "action": "add", "address": heavy.address, "weight": 3 }))
+        .await;
+    assert_eq!(
+        (status, body["result"].as_str()),
+        (200, Some("reweighted")),
+        "{body}"
+    );
+    let after = place_new_sessions(&app, &format!("{tag}-b"), 50).await;
+    let total = |node: &common::TestNode| {
+        [&before, &after]
+            .iter()
+            .map(|m| {
+                m.get(&node.address)
+                    .or(m.get(&node.name))
+                    .copied()
+                    .unwrap_or(0)
+            })
+            .sum::<usize>()
+    };
+    assert_eq!(total(heavy), 48, "before {before:?}, after {after:?}");
+    assert_eq!((total(&nodes[0]), total(&nodes[2])), (16, 16));
+}

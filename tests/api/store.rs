@@ -123,3 +123,42 @@ async fn a_node_number_is_never_given_to_another_address() {
         "{first} {second} {again}"
     );
 }
+
+/// Runs `cmd` on the server that owns its key (the others, on a cluster,
+/// answer MOVED and are skipped).
+async fn on_owner<T: redis::FromRedisValue>(cmd: &redis::Cmd) -> T {
+    for server in testkit::redis_servers() {
+        let client = redis::Client::open(server).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        if let Ok(value) = cmd.query_async(&mut conn).await {
+            return value;
+        }
+    }
+    panic!("no Redis server took {cmd:?}");
+}
+
+#[tokio::test]
+async fn a_weight_an_earlier_release_never_recorded_for_placement_is_recorded_by_the_sweep() {
+    let app = spawn_app().await;
+    let nodes = start_nodes(&app, 2, false).await;
+    let heavy = &nodes[1].address;
+    let (status, body) = app
+        .node_command(serde_json::json!({ "action": "add", "address": heavy, "weight": 4 }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // A registry an earlier release wrote: the weight in the node's hash only.
+    let weights = format!("{}{{ctl}}weights", app.ctx.store.prefix());
+    let _: i64 = on_owner(redis::cmd("HDEL").arg(&weights).arg(heavy)).await;
+
+    app.sweeper.sweep_once(now_ms()).await.unwrap();
+    let recorded: Option<u32> = on_owner(redis::cmd("HGET").arg(&weights).arg(heavy)).await;
+    assert_eq!(recorded, Some(4));
+    let tag = unique("backfilled");
+    let mut on_heavy = 0;
+    for i in 0..10 {
+        let answer = app.press(&format!("{tag}-{i}")).await;
+        assert_eq!(answer.status, 200);
+        on_heavy += usize::from(answer.served_by.as_deref() == Some(nodes[1].name.as_str()));
+    }
+    assert_eq!(on_heavy, 8, "weights 1 and 4: 2 and 8 of 10 new sessions");
+}
