@@ -6,7 +6,9 @@ usage: status_page.py BALANCER_URL ADMIN_TOKEN NODE_TO_REMOVE [--screenshot PNG]
 Opens /status, gives the admin token at its prompt, waits for every node of
 the balancer to show up, presses a few sessions, then removes NODE_TO_REMOVE
 through the admin API and waits for the page (left open, polling) to drop
-its row and show the removal among the events. Exits non-zero on failure.
+its row and show the removal among the events; then opens it afresh from a
+link carrying the token and checks that its first poll draws the history
+the replica kept. Exits non-zero on failure.
 """
 import json
 import sys
@@ -96,6 +98,13 @@ def main():
         assert not driver.find_element(By.ID, "login").is_displayed(), "the prompt came back"
         assert "token" not in driver.current_url, driver.current_url
         print("status page opens from a link with the token, and drops it from the URL")
+
+        # That fresh tab drew the minutes before it on its first poll: the
+        # replica keeps the history, not the page.
+        drawn = [len(p.get_attribute("points").split()) for p in
+                 driver.find_elements(By.CSS_SELECTOR, "#nodes svg.chart polyline")]
+        assert drawn and max(drawn) >= 3, f"a fresh tab drew {drawn} points per chart"
+        print(f"a fresh tab draws the replica's history at once ({max(drawn)} points)")
     except Exception:
         print(driver.find_element(By.TAG_NAME, "body").text, file=sys.stderr)
         raise

@@ -18,6 +18,7 @@ use crate::http::{self, ApiContext, Services};
 use crate::lifecycle::detached::Detached;
 use crate::lifecycle::fence::Lease;
 use crate::lifecycle::{FenceWatcher, NodeCleaner, Rebuilder, Registry, Sweeper};
+use crate::nodes::press_history::PressHistory;
 use crate::nodes::{NodeAddress, NodeClient, NodeTable, Probe, Selector};
 use crate::routing::Router;
 use crate::session::cache::MappingCache;
@@ -214,6 +215,7 @@ impl Application {
             fences_followed: fences_followed.clone(),
             metrics: crate::telemetry::metrics_handle(config.health_check_interval()),
             press_metrics: http::PressMetrics::register(),
+            press_history: Arc::new(PressHistory::new(table.clone())),
         });
         if let Err(error) = registry.refresh().await {
             warn!(%error, "Redis is not reachable at start-up; serving 503 until it is");
@@ -374,6 +376,17 @@ impl Application {
             &cancel,
             move || {
                 sessions.purge_cache();
+                std::future::ready(())
+            },
+        );
+        let history = self.ctx.press_history.clone();
+        supervisor.spawn_periodic(
+            &mut background,
+            "press history",
+            crate::nodes::press_history::SAMPLE_EVERY,
+            &cancel,
+            move || {
+                history.sample(crate::clock::wall_ms());
                 std::future::ready(())
             },
         );

@@ -54,6 +54,8 @@ pub struct Services {
     pub metrics_require_token: bool,
     pub metrics: metrics_exporter_prometheus::PrometheusHandle,
     pub press_metrics: PressMetrics,
+    /// What the status page draws: presses per node, last five minutes.
+    pub press_history: Arc<crate::nodes::press_history::PressHistory>,
 }
 
 impl ApiContext {
@@ -82,6 +84,7 @@ pub fn router(ctx: ApiContext) -> Router {
         .route("/metrics", get(health::metrics))
         .route("/openapi.json", get(openapi::openapi_json))
         .route("/status", get(status::page))
+        .route("/status/history", get(status::history))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(axum::middleware::from_fn_with_state(ctx.clone(), deadline))

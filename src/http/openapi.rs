@@ -26,6 +26,7 @@ use super::{health, nodes, press, process, sessions, status};
         health::metrics,
         openapi_json,
         status::page,
+        status::history,
     ),
     components(schemas(ErrorBody)),
     modifiers(&AdminToken),

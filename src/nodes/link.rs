@@ -62,8 +62,12 @@ impl Link {
 /// p99 in the yardstick; the press histogram covers the whole press.)
 #[derive(Debug)]
 pub struct NodeMetrics {
-    pub served: metrics::Counter,
-    pub failed: metrics::Counter,
+    served: metrics::Counter,
+    failed: metrics::Counter,
+    /// Presses forwarded, either outcome: what the status page's history
+    /// samples (`nodes::press_history`); the recorder's counters cannot be
+    /// read back.
+    forwarded: std::sync::atomic::AtomicU64,
 }
 
 impl NodeMetrics {
@@ -78,6 +82,26 @@ impl NodeMetrics {
         Self {
             served: metrics::counter!("nodes_control_node_presses_total", &labels("ok")),
             failed: metrics::counter!("nodes_control_node_presses_total", &labels("error")),
+            forwarded: Default::default(),
         }
+    }
+
+    /// Counts a press the node answered with its count.
+    pub fn served(&self) {
+        self.served.increment(1);
+        self.forwarded
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Counts a press forwarded to the node that failed.
+    pub fn failed(&self) {
+        self.failed.increment(1);
+        self.forwarded
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Presses forwarded to the node by this replica since it joined the view.
+    pub fn forwarded(&self) -> u64 {
+        self.forwarded.load(std::sync::atomic::Ordering::Relaxed)
     }
 }

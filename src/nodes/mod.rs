@@ -8,6 +8,7 @@ pub mod evidence;
 pub mod limit;
 pub mod link;
 pub mod pool;
+pub mod press_history;
 pub mod record;
 pub mod selector;
 pub mod table;

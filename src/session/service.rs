@@ -482,7 +482,7 @@ impl SessionService {
         };
         let error = match result {
             Ok(count) => {
-                entry.link.metrics.served.increment(1);
+                entry.link.metrics.served();
                 entry.evidence.answered();
                 entry.link.limit.answered();
                 return Attempt::Served(count);
@@ -494,7 +494,7 @@ impl SessionService {
             }
             Err(error) => error,
         };
-        entry.link.metrics.failed.increment(1);
+        entry.link.metrics.failed();
         if !error.is_node_fault() {
             return Attempt::NotTheNode(error);
         }

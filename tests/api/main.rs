@@ -26,6 +26,7 @@ mod routing;
 mod shutdown;
 mod stack;
 mod startup;
+mod status;
 mod store;
 mod timeouts;
 mod tls;

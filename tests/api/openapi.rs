@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::common::spawn_app;
 
-const PATHS: [&str; 11] = [
+const PATHS: [&str; 12] = [
     "/press",
     "/process/{req_id}",
     "/node",
@@ -17,6 +17,7 @@ const PATHS: [&str; 11] = [
     "/metrics",
     "/openapi.json",
     "/status",
+    "/status/history",
 ];
 
 #[tokio::test]

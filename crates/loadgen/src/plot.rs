@@ -69,13 +69,17 @@ pub fn latency(path: &Path, title: &str, samples_ms: &[f64]) -> anyhow::Result<(
     }
     let (edges, counts) = log_buckets(&sorted, LATENCY_BUCKETS);
     let (lo, hi) = (edges[0], edges[edges.len() - 1]);
-    let y_max = counts.iter().copied().max().unwrap_or(1).max(1) as f64 * 1.2;
+    // Head room above the tallest bar and the marks, for their legend.
+    let y_max = counts.iter().copied().max().unwrap_or(1).max(1) as f64 * 1.5;
     let mut chart = ChartBuilder::on(&root)
         .caption(format!("{title} ({} answers)", sorted.len()), (FONT, 24))
         .margin(16)
         .x_label_area_size(56)
         .y_label_area_size(70)
-        .build_cartesian_2d((lo..hi).log_scale(), 0f64..y_max)
+        .build_cartesian_2d(
+            (lo..hi).log_scale().with_key_points(log_ticks(lo, hi)),
+            0f64..y_max,
+        )
         .map_err(draw_error)?;
     chart
         .configure_mesh()
@@ -109,34 +113,29 @@ pub fn latency(path: &Path, title: &str, samples_ms: &[f64]) -> anyhow::Result<(
         ),
         ("max", sorted[sorted.len() - 1], RED.mix(0.9)),
     ];
-    for (row, (name, at, colour)) in marks.into_iter().enumerate() {
+    // Named in a legend, not beside their lines: p99 and max are often a
+    // few pixels apart, and labels beside them ran over each other.
+    for (name, at, colour) in marks {
         let at = at.clamp(lo, hi);
         chart
             .draw_series(std::iter::once(PathElement::new(
-                vec![(at, 0.0), (at, y_max * 0.97)],
+                vec![(at, 0.0), (at, y_max * 0.75)],
                 colour.stroke_width(2),
             )))
-            .map_err(draw_error)?;
-        // Labels on their own rows, so close marks do not overwrite each
-        // other, beside the line on the side with room.
-        use plotters::style::text_anchor::{HPos, Pos, VPos};
-        let right_half = (at / lo).ln() > (hi / lo).ln() / 2.0;
-        let (text, side) = if right_half {
-            (format!("{name} {} ", short_ms(at)), HPos::Right)
-        } else {
-            (format!(" {name} {}", short_ms(at)), HPos::Left)
-        };
-        chart
-            .draw_series(std::iter::once(Text::new(
-                text,
-                (at, y_max * (0.97 - 0.06 * row as f64)),
-                (FONT, 15)
-                    .into_font()
-                    .color(&colour)
-                    .pos(Pos::new(side, VPos::Top)),
-            )))
-            .map_err(draw_error)?;
+            .map_err(draw_error)?
+            .label(format!("{name} {}", short_ms(at)))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2))
+            });
     }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .label_font((FONT, 15))
+        .draw()
+        .map_err(draw_error)?;
     root.present().map_err(draw_error)?;
     Ok(())
 }
@@ -157,6 +156,36 @@ fn log_buckets(sorted: &[f64], n: usize) -> (Vec<f64>, Vec<u64>) {
         counts[i.min(n - 1)] += 1;
     }
     (edges, counts)
+}
+
+/// Ticks for a log axis from `lo` to `hi`: the powers of ten in it, or,
+/// when they are too few to read the axis by (plotters' own choice gives a
+/// single tick for 50-157 ms), 1-2-5 steps, then 1-1.5-2-3-5-7 steps, then
+/// five even steps for a range narrower than that.
+fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    const ENOUGH: usize = 4;
+    for steps in [
+        &[1.0][..],
+        &[1.0, 2.0, 5.0],
+        &[1.0, 1.5, 2.0, 3.0, 5.0, 7.0],
+    ] {
+        let mut ticks = Vec::new();
+        for exponent in lo.log10().floor() as i32..=hi.log10().floor() as i32 {
+            let decade = 10f64.powi(exponent);
+            ticks.extend(
+                steps
+                    .iter()
+                    .map(|s| s * decade)
+                    .filter(|t| (lo..=hi).contains(t)),
+            );
+        }
+        if ticks.len() >= ENOUGH {
+            return ticks;
+        }
+    }
+    (0..=ENOUGH)
+        .map(|i| lo + (hi - lo) * i as f64 / ENOUGH as f64)
+        .collect()
 }
 
 /// `0.25 ms`, `3.1 ms`, `120 ms`, `2.5 s`.
@@ -416,6 +445,19 @@ mod tests {
         assert!(edges[10] > edges[0]);
         let (_, counts) = log_buckets(&[0.0], 10);
         assert_eq!(counts.iter().sum::<u64>(), 1);
+    }
+
+    #[test]
+    fn a_log_axis_gets_enough_ticks_whatever_its_range() {
+        // The agents chart of a 50-157 ms run had one tick, at 100 ms.
+        assert_eq!(log_ticks(50.0, 157.0), vec![50.0, 70.0, 100.0, 150.0]);
+        assert_eq!(log_ticks(0.2, 900.0).len(), 11, "1-2-5 steps: 0.2 to 500");
+        assert_eq!(
+            log_ticks(0.01, 1e4),
+            vec![0.01, 0.1, 1.0, 10.0, 100.0, 1e3, 1e4]
+        );
+        let narrow = log_ticks(101.0, 104.0);
+        assert_eq!((narrow.len(), narrow[0], narrow[4]), (5, 101.0, 104.0));
     }
 
     #[test]
