@@ -6,6 +6,7 @@ pub mod archive;
 pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod group_commit;
 pub mod http;
 pub mod lifecycle;
 pub mod nodes;

@@ -40,6 +40,7 @@ pub mod groups;
 mod identity;
 pub mod lock;
 mod nodes;
+mod placement;
 mod routes;
 mod sessions;
 mod target;
@@ -62,7 +63,7 @@ pub use identity::Identity;
 pub use nodes::StateChange;
 pub use sessions::{Mapping, Placed, Placement};
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("{context}")]
 pub struct StoreError {
     pub context: &'static str,
@@ -130,6 +131,9 @@ pub struct SessionStore {
     node_addresses: std::sync::Arc<std::sync::RwLock<HashMap<u64, std::sync::Arc<str>>>>,
     /// Cleared whenever a call loses its connection (see [`identity`]).
     verified: std::sync::Arc<identity::Verified>,
+    /// Placements asked for at once go to Redis together (see
+    /// [`placement`]).
+    batchers: std::sync::Arc<placement::Batchers>,
 }
 
 struct Scripts {
@@ -214,7 +218,17 @@ impl SessionStore {
                 set_node_weight: with_prelude(include_str!("set_node_weight.lua")),
             }),
             node_addresses: Default::default(),
+            batchers: Default::default(),
         })
+    }
+
+    /// A handle for a batching task: holding the batchers themselves would
+    /// keep the task's own queue open, and the task would never end.
+    fn without_batchers(&self) -> Self {
+        Self {
+            batchers: Default::default(),
+            ..self.clone()
+        }
     }
 
     /// The one place a control key is built (`P{ctl}a:b`).

@@ -1,36 +1,47 @@
--- Placement, step one, in the control slot: choose the node for a new
--- session and count it there at once, so concurrent placements spread.
--- The node is ARGV[2] when the caller's strategy chose one that is still
--- up (and not ARGV[1], a node the caller saw fail), else the up node with
--- the fewest active sessions per unit of weight. Step two (claim.lua) creates the mapping in
--- the session's own slot; if the session had one already, the caller
--- gives the count back, and if it never does (it died in between), the
--- next tally of the groups (groups.rs) corrects the count.
+-- Placement, step one, in the control slot: choose the node for each of a
+-- batch of new sessions and count it there at once, so concurrent
+-- placements spread. Placements asked for at the same time on this replica
+-- go together (store/placement.rs), so the control slot runs one script
+-- for many new sessions, and the cluster's new-session rate is not capped
+-- by the one primary that holds it. A node is the placement's preferred
+-- node when the caller's strategy chose one that is still up (and not the
+-- stale node, one the caller saw fail), else the up node with the fewest
+-- active sessions per unit of weight; each choice sees the counts of the
+-- ones before it. Step two (claim.lua) creates the mapping in the
+-- session's own slot; if the session had one already, the caller gives
+-- the count back, and if it never does (it died in between), the next
+-- tally of the groups (groups.rs) corrects the count.
 --
 -- Nothing is placed while the registry epoch is missing: Redis forgot its
 -- data and the registry is being rebuilt (the nodes still hold live counts
 -- that must be archived first).
 --
 -- KEYS[1] placeable (up nodes by active sessions), KEYS[2] registry epoch,
--- KEYS[3] counts, KEYS[4] node_numbers, KEYS[5] weights.  ARGV: stale node, preferred node
--- ('' for none).
--- Returns {node, number, stale node's number or ''}, false when no node
--- is up, or {'', -1, ''} while the registry is not complete.
-if redis.call('EXISTS', KEYS[2]) == 0 then
-  return {'', -1, ''}
+-- KEYS[3] counts, KEYS[4] node_numbers, KEYS[5] weights.  ARGV: two for
+-- each placement, its stale node and its preferred node ('' for none).
+-- Returns one answer per placement: {node, number, stale node's number or
+-- ''}, false when no node is up, {'', -1, ''} while the registry is not
+-- complete, {'', -2, ''} when the chosen node has no number (registered by
+-- an older release).
+local answers = {}
+local complete = redis.call('EXISTS', KEYS[2]) == 1
+for i = 1, #ARGV / 2 do
+  local stale, preferred = ARGV[2 * i - 1], ARGV[2 * i]
+  local node = complete and choose_node(KEYS[1], stale, preferred)
+  local number = node and redis.call('HGET', KEYS[4], node)
+  if not complete then
+    answers[i] = {'', -1, ''}
+  elseif not node then
+    answers[i] = false
+  elseif not number then
+    answers[i] = {'', -2, ''}
+  else
+    count_one_more(KEYS[1], KEYS[3], KEYS[5], node)
+    local stale_number = ''
+    if stale ~= '' then
+      stale_number = redis.call('HGET', KEYS[4], stale) or ''
+    end
+    answers[i] = {node, tonumber(number), stale_number}
+  end
 end
-local stale, preferred = ARGV[1], ARGV[2]
-local node = choose_node(KEYS[1], stale, preferred)
-if not node then
-  return false
-end
-local number = redis.call('HGET', KEYS[4], node)
-if not number then
-  return redis.error_reply('node ' .. node .. ' has no number (registered by an older version)')
-end
-count_one_more(KEYS[1], KEYS[3], KEYS[5], node)
-local stale_number = ''
-if stale ~= '' then
-  stale_number = redis.call('HGET', KEYS[4], stale) or ''
-end
-return {node, tonumber(number), stale_number}
+return answers

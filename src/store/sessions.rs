@@ -1,5 +1,5 @@
-//! Session mappings: the hot-path read, the two-step placement, and the
-//! unmapping of a clean (see the layout in the module above).
+//! Session mappings: the hot-path read and the unmapping of a clean (see
+//! the layout in the module above; placing a session is `placement.rs`).
 
 use std::collections::HashMap;
 
@@ -47,10 +47,6 @@ fn unpack_mapping(value: &str) -> Option<(u64, i64, i64)> {
     Some((number, base, exp))
 }
 
-/// How often a placement starts over when the mapping that stood named a
-/// node Redis no longer knows (it is dropped and the session placed anew).
-const PLACE_ATTEMPTS: usize = 3;
-
 impl SessionStore {
     /// The hot path: one plain `HGET`, one round trip, no script (the node's
     /// address is remembered after its first read: numbers never change).
@@ -70,161 +66,6 @@ impl SessionStore {
             base,
             expires_at_ms,
         }))
-    }
-
-    /// Places a session on `preferred_node` if it is up, else on the up node
-    /// with the fewest active sessions, unless it is mapped already; a
-    /// mapping to `stale_node` is dropped and replaced.
-    ///
-    /// Two steps, each in one hash slot (design.md, "Past one Redis"): the
-    /// control slot chooses the node and counts the session there
-    /// (`reserve.lua`), the session's group creates the mapping if the
-    /// session has none (`claim.lua`). If it had one, the count goes back.
-    pub async fn place(
-        &self,
-        session_id: &str,
-        base: i64,
-        expires_at_ms: i64,
-        stale_node: Option<&str>,
-        preferred_node: Option<&str>,
-    ) -> StoreResult<Placed> {
-        self.check_identity().await?;
-        if !self.cluster {
-            return self
-                .place_at_once(session_id, base, expires_at_ms, stale_node, preferred_node)
-                .await;
-        }
-        // A number the standing mapping named that Redis does not know.
-        let mut unknown: Option<u64> = None;
-        for _ in 0..PLACE_ATTEMPTS {
-            let reply: Option<(String, i64, String)> = self
-                .scripts
-                .reserve
-                .key(self.key(&["placeable"]))
-                .key(self.key(&["registry"]))
-                .key(self.key(&["counts"]))
-                .key(self.key(&["node_numbers"]))
-                .key(self.key(&["weights"]))
-                .arg(stale_node.unwrap_or(""))
-                .arg(preferred_node.unwrap_or(""))
-                .invoke_async(&mut self.conn())
-                .await
-                .context("choosing a node for a session in Redis")?;
-            let (node, number, stale_number) = match reply {
-                None => return Ok(Placed::NoNode),
-                Some((_, -1, _)) => return Ok(Placed::NotReady),
-                Some((node, number, stale)) => (node, number as u64, stale.parse::<u64>().ok()),
-            };
-            let stale_number = unknown.or(stale_number);
-            let bucket = mapping_bucket(session_id);
-            let group = &bucket[..2];
-            let chosen_index = self.index_key(group, number);
-            let stale_index = stale_number.map_or_else(
-                || chosen_index.clone(),
-                |stale| self.index_key(group, stale),
-            );
-            let claimed: Vec<i64> = self
-                .scripts
-                .claim
-                .key(self.group_key(group, &["mappings", &bucket]))
-                .key(self.group_key(group, &["epoch"]))
-                .key(chosen_index)
-                .key(stale_index)
-                .arg(self.group_prefix(group))
-                .arg(session_id)
-                .arg(number)
-                .arg(base)
-                .arg(expires_at_ms)
-                .arg(stale_number.map(|n| n.to_string()).unwrap_or_default())
-                .invoke_async(&mut self.conn())
-                .await
-                .context("creating a session mapping in Redis")?;
-            let created = claimed.first() == Some(&1);
-            if !created {
-                // The count reserve.lua took is not this session's.
-                self.set_counts(true, &[(&node, -1, None)]).await?;
-            }
-            let &[_, standing, base, expires_at_ms, replaced] = claimed.as_slice() else {
-                return Ok(Placed::NotReady); // the group forgot: being rebuilt
-            };
-            let standing = standing as u64;
-            if let Some(stale) = stale_number.filter(|_| replaced == 1) {
-                // The session's mapping to the stale node was dropped.
-                if let Some(stale_node) = self.node_address(stale).await? {
-                    self.set_counts(true, &[(&stale_node, -1, None)]).await?;
-                }
-            }
-            let Some(address) = self.node_address(standing).await? else {
-                unknown = Some(standing);
-                continue;
-            };
-            return Ok(Placed::Placed(Placement {
-                mapping: Mapping {
-                    node: address.to_string(),
-                    base,
-                    expires_at_ms,
-                },
-                created,
-            }));
-        }
-        Err(mapped_to_unknown_node())
-    }
-
-    /// [`place`](Self::place) on a single Redis: both steps in one script
-    /// (`place.lua`), one round trip.
-    async fn place_at_once(
-        &self,
-        session_id: &str,
-        base: i64,
-        expires_at_ms: i64,
-        stale_node: Option<&str>,
-        preferred_node: Option<&str>,
-    ) -> StoreResult<Placed> {
-        let bucket = mapping_bucket(session_id);
-        let group = &bucket[..2];
-        // A number the standing mapping named that Redis does not know.
-        let mut unknown: Option<u64> = None;
-        for _ in 0..PLACE_ATTEMPTS {
-            let reply: Option<Vec<i64>> = self
-                .scripts
-                .place
-                .key(self.key(&["placeable"]))
-                .key(self.key(&["registry"]))
-                .key(self.key(&["counts"]))
-                .key(self.key(&["node_numbers"]))
-                .key(self.group_key(group, &["mappings", &bucket]))
-                .key(self.group_key(group, &["epoch"]))
-                .key(self.key(&["weights"]))
-                .arg(self.prefix.as_ref())
-                .arg(session_id)
-                .arg(base)
-                .arg(expires_at_ms)
-                .arg(stale_node.unwrap_or(""))
-                .arg(preferred_node.unwrap_or(""))
-                .arg(unknown.map(|n| n.to_string()).unwrap_or_default())
-                .invoke_async(&mut self.conn())
-                .await
-                .context("placing a session in Redis")?;
-            let Some(reply) = reply else {
-                return Ok(Placed::NoNode);
-            };
-            let &[created, number, base, expires_at_ms] = reply.as_slice() else {
-                return Ok(Placed::NotReady); // the registry or the group forgot
-            };
-            let Some(address) = self.node_address(number as u64).await? else {
-                unknown = Some(number as u64);
-                continue;
-            };
-            return Ok(Placed::Placed(Placement {
-                mapping: Mapping {
-                    node: address.to_string(),
-                    base,
-                    expires_at_ms,
-                },
-                created: created == 1,
-            }));
-        }
-        Err(mapped_to_unknown_node())
     }
 
     /// Drops every session still mapped to `address`, under the node's
@@ -387,18 +228,6 @@ impl SessionStore {
             unmapped.extend(ids?);
         }
         Ok(unmapped)
-    }
-}
-
-/// A placement that kept finding the session mapped to a node number Redis
-/// has no address for.
-fn mapped_to_unknown_node() -> super::StoreError {
-    super::StoreError {
-        context: "placing a session in Redis",
-        source: redis::RedisError::from((
-            redis::ErrorKind::Client,
-            "the session stays mapped to a node Redis does not know",
-        )),
     }
 }
 

@@ -6,6 +6,7 @@
 use crate::common;
 
 use common::{now_ms, spawn_app, start_nodes, unique};
+use nodes_control::store::Placed;
 
 /// Every session-group key of this test's prefix that starts with `kind`,
 /// from every server (a cluster spreads the groups over its primaries).
@@ -42,6 +43,57 @@ async fn the_placement_script_and_the_plain_read_agree_on_every_bucket() {
     }
     let buckets = keys(app.ctx.store.prefix(), "mappings:").await;
     assert!(buckets.len() > 150, "200 ids in {} buckets", buckets.len());
+}
+
+/// Placements asked for at once go to Redis in batches (store/placement.rs);
+/// each must still be decided as if it ran alone, one after another.
+#[tokio::test]
+async fn placements_asked_for_at_once_are_decided_one_after_another() {
+    let app = spawn_app().await;
+    let nodes = start_nodes(&app, 3, false).await;
+    let tag = unique("at-once");
+    let store = std::sync::Arc::new(app.ctx.store.clone());
+    let place_all = |ids: Vec<String>| {
+        let placements = ids.into_iter().map(|id| {
+            let store = store.clone();
+            async move {
+                let placed = store.place(&id, 0, now_ms() + 60_000, None, None).await;
+                match placed.unwrap() {
+                    Placed::Placed(placement) => placement,
+                    other => panic!("{id}: {other:?}"),
+                }
+            }
+        });
+        futures::future::join_all(placements)
+    };
+    let counts = || async {
+        let listed = app.nodes().await;
+        let mut counts = Vec::new();
+        for node in &nodes {
+            let indexed = store.node_sessions(&node.address).await.unwrap().len();
+            let counted = listed
+                .iter()
+                .find(|n| n["address"] == node.address.as_str())
+                .and_then(|n| n["active_sessions"].as_u64());
+            assert_eq!(counted, Some(indexed as u64), "{}", node.address);
+            counts.push(indexed);
+        }
+        counts.sort();
+        counts
+    };
+
+    // 300 new sessions at once: least sessions, each choice seeing the
+    // ones before it, puts exactly 100 on each of three nodes of weight 1.
+    let placed = place_all((0..300).map(|i| format!("{tag}-{i}")).collect()).await;
+    assert!(placed.iter().all(|p| p.created));
+    assert_eq!(counts().await, [100, 100, 100]);
+
+    // 30 first presses of one more, at once: one mapping, created once,
+    // and every press was told the same node; it is counted once.
+    let raced = place_all(vec![format!("{tag}-raced"); 30]).await;
+    assert_eq!(raced.iter().filter(|p| p.created).count(), 1);
+    assert!(raced.iter().all(|p| p.mapping == raced[0].mapping));
+    assert_eq!(counts().await, [100, 100, 101]);
 }
 
 #[tokio::test]

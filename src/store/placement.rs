@@ -1,0 +1,331 @@
+//! Placing a new session: the one write of the press path, and the only
+//! script a press runs.
+//!
+//! Placements asked for at the same time on this replica go to Redis
+//! together ([`GroupCommit`]): on a single Redis one `place.lua` decides a
+//! batch, on a cluster one `reserve.lua` in the control slot chooses and
+//! counts the nodes of a batch, then each session's own group claims its
+//! mapping (`claim.lua`). The scripts decide the placements of a batch one
+//! after another, each exactly as it would alone: batching changes what a
+//! new session costs Redis (a script's own overhead is most of it), not
+//! what is decided, so the placement argument of design.md ("Past one
+//! Redis") is the same for one session or sixty-four.
+
+use std::sync::OnceLock;
+
+use super::groups::mapping_bucket;
+use super::sessions::{Mapping, Placed, Placement};
+use super::{Context, SessionStore, StoreError, StoreResult};
+use crate::group_commit::GroupCommit;
+
+/// Most placements in one script: it holds Redis for its whole run (about
+/// 10 µs a placement), so a batch stays well under a millisecond.
+const MAX_BATCH: usize = 64;
+/// Scripts of one replica in Redis at once: while one runs, the next
+/// batch gathers.
+const IN_FLIGHT: usize = 2;
+
+/// How often a placement starts over when the mapping that stood named a
+/// node Redis no longer knows (it is dropped and the session placed anew).
+const PLACE_ATTEMPTS: usize = 3;
+
+/// One placement of a `place.lua` batch (single Redis).
+struct PlaceRequest {
+    id: String,
+    base: i64,
+    expires_at_ms: i64,
+    stale: String,
+    preferred: String,
+    /// A node number the standing mapping named that Redis does not know:
+    /// that mapping does not stand.
+    unknown: String,
+}
+
+/// One choice of a `reserve.lua` batch (the control slot of a cluster).
+struct ReserveRequest {
+    stale: String,
+    preferred: String,
+}
+
+/// `place.lua`'s answer for one placement: `None` when no node is up.
+type PlaceAnswer = StoreResult<Option<Vec<i64>>>;
+/// `reserve.lua`'s: `None` when no node is up, else (node, number, the
+/// stale node's number or '').
+type ReserveAnswer = StoreResult<Option<(String, i64, String)>>;
+
+/// The batching tasks of one store, started on first use (on the runtime
+/// that places the first session).
+#[derive(Default)]
+pub(super) struct Batchers {
+    place: OnceLock<GroupCommit<PlaceRequest, PlaceAnswer>>,
+    reserve: OnceLock<GroupCommit<ReserveRequest, ReserveAnswer>>,
+}
+
+/// What Redis decided for one session.
+enum Decided {
+    Mapped {
+        number: u64,
+        base: i64,
+        expires_at_ms: i64,
+        created: bool,
+    },
+    NoNode,
+    NotReady,
+}
+
+impl SessionStore {
+    /// Places a session on `preferred_node` if it is up, else on the up node
+    /// with the fewest active sessions per unit of weight, unless it is
+    /// mapped already; a mapping to `stale_node` is dropped and replaced.
+    pub async fn place(
+        &self,
+        session_id: &str,
+        base: i64,
+        expires_at_ms: i64,
+        stale_node: Option<&str>,
+        preferred_node: Option<&str>,
+    ) -> StoreResult<Placed> {
+        self.check_identity().await?;
+        // A number the standing mapping named that Redis does not know.
+        let mut unknown: Option<u64> = None;
+        for _ in 0..PLACE_ATTEMPTS {
+            let request = PlaceRequest {
+                id: session_id.to_owned(),
+                base,
+                expires_at_ms,
+                stale: stale_node.unwrap_or_default().to_owned(),
+                preferred: preferred_node.unwrap_or_default().to_owned(),
+                unknown: unknown.map(|n| n.to_string()).unwrap_or_default(),
+            };
+            let decided = if self.cluster {
+                self.reserve_and_claim(request).await?
+            } else {
+                self.place_at_once(request).await?
+            };
+            let (number, base, expires_at_ms, created) = match decided {
+                Decided::Mapped {
+                    number,
+                    base,
+                    expires_at_ms,
+                    created,
+                } => (number, base, expires_at_ms, created),
+                Decided::NoNode => return Ok(Placed::NoNode),
+                Decided::NotReady => return Ok(Placed::NotReady),
+            };
+            let Some(address) = self.node_address(number).await? else {
+                unknown = Some(number);
+                continue;
+            };
+            return Ok(Placed::Placed(Placement {
+                mapping: Mapping {
+                    node: address.to_string(),
+                    base,
+                    expires_at_ms,
+                },
+                created,
+            }));
+        }
+        Err(mapped_to_unknown_node())
+    }
+
+    /// On a single Redis: both steps in one script (`place.lua`), shared
+    /// with the placements asked for at the same time.
+    async fn place_at_once(&self, request: PlaceRequest) -> StoreResult<Decided> {
+        let batcher = self.batchers.place.get_or_init(|| {
+            let store = self.without_batchers();
+            GroupCommit::start(MAX_BATCH, IN_FLIGHT, move |batch| {
+                let store = store.clone();
+                async move { store.place_batch(batch).await }
+            })
+        });
+        let Some(reply) = batcher
+            .submit(request)
+            .await
+            .unwrap_or_else(|| Err(gone()))?
+        else {
+            return Ok(Decided::NoNode);
+        };
+        match *reply.as_slice() {
+            [-2] => Err(unnumbered_node()),
+            [created, number, base, expires_at_ms] => Ok(Decided::Mapped {
+                number: number as u64,
+                base,
+                expires_at_ms,
+                created: created == 1,
+            }),
+            _ => Ok(Decided::NotReady), // the registry or the group forgot
+        }
+    }
+
+    async fn place_batch(&self, batch: Vec<PlaceRequest>) -> Vec<PlaceAnswer> {
+        let mut invocation = self.scripts.place.prepare_invoke();
+        invocation
+            .key(self.key(&["placeable"]))
+            .key(self.key(&["registry"]))
+            .key(self.key(&["counts"]))
+            .key(self.key(&["node_numbers"]))
+            .key(self.key(&["weights"]))
+            .arg(self.prefix.as_ref());
+        for request in &batch {
+            let bucket = mapping_bucket(&request.id);
+            let group = &bucket[..2];
+            invocation
+                .key(self.group_key(group, &["mappings", &bucket]))
+                .key(self.group_key(group, &["epoch"]))
+                .arg(&request.id)
+                .arg(request.base)
+                .arg(request.expires_at_ms)
+                .arg(&request.stale)
+                .arg(&request.preferred)
+                .arg(&request.unknown);
+        }
+        let replies = invocation
+            .invoke_async::<Vec<Option<Vec<i64>>>>(&mut self.conn())
+            .await
+            .context("placing sessions in Redis");
+        answer_each(batch.len(), replies)
+    }
+
+    /// On a cluster: the control slot chooses and counts the node (a
+    /// `reserve.lua` batch), the session's group creates the mapping if the
+    /// session has none (`claim.lua`). If it had one, the count goes back.
+    async fn reserve_and_claim(&self, request: PlaceRequest) -> StoreResult<Decided> {
+        let batcher = self.batchers.reserve.get_or_init(|| {
+            let store = self.without_batchers();
+            GroupCommit::start(MAX_BATCH, IN_FLIGHT, move |batch| {
+                let store = store.clone();
+                async move { store.reserve_batch(batch).await }
+            })
+        });
+        let reserved = batcher
+            .submit(ReserveRequest {
+                stale: request.stale.clone(),
+                preferred: request.preferred.clone(),
+            })
+            .await
+            .unwrap_or_else(|| Err(gone()))?;
+        let (node, number, stale_number) = match reserved {
+            None => return Ok(Decided::NoNode),
+            Some((_, -1, _)) => return Ok(Decided::NotReady),
+            Some((_, -2, _)) => return Err(unnumbered_node()),
+            Some((node, number, stale)) => (node, number as u64, stale.parse::<u64>().ok()),
+        };
+        let stale_number = request.unknown.parse::<u64>().ok().or(stale_number);
+        let bucket = mapping_bucket(&request.id);
+        let group = &bucket[..2];
+        let chosen_index = self.index_key(group, number);
+        let stale_index = stale_number.map_or_else(
+            || chosen_index.clone(),
+            |stale| self.index_key(group, stale),
+        );
+        let claimed: Vec<i64> = self
+            .scripts
+            .claim
+            .key(self.group_key(group, &["mappings", &bucket]))
+            .key(self.group_key(group, &["epoch"]))
+            .key(chosen_index)
+            .key(stale_index)
+            .arg(self.group_prefix(group))
+            .arg(&request.id)
+            .arg(number)
+            .arg(request.base)
+            .arg(request.expires_at_ms)
+            .arg(stale_number.map(|n| n.to_string()).unwrap_or_default())
+            .invoke_async(&mut self.conn())
+            .await
+            .context("creating a session mapping in Redis")?;
+        let created = claimed.first() == Some(&1);
+        if !created {
+            // The count reserve.lua took is not this session's.
+            self.set_counts(true, &[(&node, -1, None)]).await?;
+        }
+        let &[_, standing, base, expires_at_ms, replaced] = claimed.as_slice() else {
+            return Ok(Decided::NotReady); // the group forgot: being rebuilt
+        };
+        if let Some(stale) = stale_number.filter(|_| replaced == 1) {
+            // The session's mapping to the stale node was dropped.
+            if let Some(stale_node) = self.node_address(stale).await? {
+                self.set_counts(true, &[(&stale_node, -1, None)]).await?;
+            }
+        }
+        Ok(Decided::Mapped {
+            number: standing as u64,
+            base,
+            expires_at_ms,
+            created,
+        })
+    }
+
+    async fn reserve_batch(&self, batch: Vec<ReserveRequest>) -> Vec<ReserveAnswer> {
+        let mut invocation = self.scripts.reserve.prepare_invoke();
+        invocation
+            .key(self.key(&["placeable"]))
+            .key(self.key(&["registry"]))
+            .key(self.key(&["counts"]))
+            .key(self.key(&["node_numbers"]))
+            .key(self.key(&["weights"]));
+        for request in &batch {
+            invocation.arg(&request.stale).arg(&request.preferred);
+        }
+        let replies = invocation
+            .invoke_async::<Vec<Option<(String, i64, String)>>>(&mut self.conn())
+            .await
+            .context("choosing nodes for sessions in Redis");
+        answer_each(batch.len(), replies)
+    }
+}
+
+/// One answer per placement of a batch: each its own reply, or each the
+/// error of the whole script (a connection lost is lost for all of them). A reply that does not have one answer per
+/// placement is an error for all of them.
+fn answer_each<T: Clone>(len: usize, replies: StoreResult<Vec<T>>) -> Vec<StoreResult<T>> {
+    match replies {
+        Ok(replies) if replies.len() == len => replies.into_iter().map(Ok).collect(),
+        Ok(replies) => {
+            let error = StoreError {
+                context: "placing sessions in Redis",
+                source: redis::RedisError::from((
+                    redis::ErrorKind::UnexpectedReturnType,
+                    "a placement script answered the wrong number of placements",
+                    format!("{} answers for {len} placements", replies.len()),
+                )),
+            };
+            vec![Err(error); len]
+        }
+        Err(error) => vec![Err(error); len],
+    }
+}
+
+/// The batching task ended: its runtime is shutting down.
+fn gone() -> StoreError {
+    StoreError {
+        context: "placing a session in Redis",
+        source: redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "the placement batcher stopped (shutting down)",
+        )),
+    }
+}
+
+/// The node chosen was registered by a release that gave it no number.
+fn unnumbered_node() -> StoreError {
+    StoreError {
+        context: "choosing a node for a session in Redis",
+        source: redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "the node chosen has no number (registered by an older version)",
+        )),
+    }
+}
+
+/// A placement that kept finding the session mapped to a node number Redis
+/// has no address for.
+fn mapped_to_unknown_node() -> StoreError {
+    StoreError {
+        context: "placing a session in Redis",
+        source: redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "the session stays mapped to a node Redis does not know",
+        )),
+    }
+}
