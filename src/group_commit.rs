@@ -2,7 +2,7 @@
 //! together in the next one. Under load a batch holds what arrived during
 //! one round trip; a lone request waits for nothing. The archive's folds
 //! (`archive::batch`) and the placements of new sessions
-//! (`store::place_batch`) go through it, so that a burst of new sessions
+//! (`store::placement`) go through it, so that a burst of new sessions
 //! costs a few statements and scripts, not one each.
 
 use std::future::Future;
@@ -20,7 +20,8 @@ pub struct GroupCommit<T, R> {
 impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
     /// Starts the batching task on the current runtime: at most
     /// `in_flight` batches of at most `max_batch` requests run at once;
-    /// `run` answers a batch with one answer per request, in order.
+    /// `run` answers a batch with one answer per request, in order (a
+    /// batch answered otherwise leaves each of its requests without one).
     pub fn start<F, Fut>(max_batch: usize, in_flight: usize, run: F) -> Self
     where
         F: Fn(Vec<T>) -> Fut + Send + Sync + 'static,
@@ -31,8 +32,9 @@ impl<T: Send + 'static, R: Send + 'static> GroupCommit<T, R> {
         Self { queue }
     }
 
-    /// The answer to `request`, or `None` if the batching task is gone
-    /// (its runtime is shutting down).
+    /// The answer to `request`, or `None` if it got none: the batching task
+    /// is gone (its runtime is shutting down), or its batch's run panicked
+    /// or answered the wrong number of requests.
     pub async fn submit(&self, request: T) -> Option<R> {
         let (answer, answered) = oneshot::channel();
         self.queue.send((request, answer)).ok()?;
@@ -64,12 +66,25 @@ async fn gather<T, R, F, Fut>(
                 Err(_) => break,
             }
         }
-        let (requests, answers): (Vec<T>, Vec<oneshot::Sender<R>>) =
-            std::mem::take(&mut batch).into_iter().unzip();
+        // A request whose caller gave up is not run: nobody waits for its
+        // answer, and what it would do (count a placement that no claim
+        // follows) is better left undone.
+        let (requests, answers): (Vec<T>, Vec<oneshot::Sender<R>>) = std::mem::take(&mut batch)
+            .into_iter()
+            .filter(|(_, answer)| !answer.is_closed())
+            .unzip();
+        if requests.is_empty() {
+            continue;
+        }
         let done = run(requests);
         tokio::spawn(async move {
-            for (answer, result) in answers.into_iter().zip(done.await) {
-                let _ = answer.send(result);
+            let results = done.await;
+            // Answers are matched to requests by position: a batch answered
+            // with too few or too many answers none of them.
+            if results.len() == answers.len() {
+                for (answer, result) in answers.into_iter().zip(results) {
+                    let _ = answer.send(result);
+                }
             }
             drop(slot);
         });
@@ -149,10 +164,45 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_batch_answered_short_leaves_the_rest_without_an_answer() {
-        let commit = GroupCommit::start(8, 1, |batch: Vec<u32>| async move {
+    async fn a_batch_answered_short_leaves_every_request_without_an_answer() {
+        let short = GroupCommit::start(8, 1, |batch: Vec<u32>| async move {
             batch.into_iter().skip(1).collect::<Vec<_>>()
         });
-        assert_eq!(commit.submit(1).await, None);
+        // Both are queued before the batching task runs: one batch of two,
+        // answered with one answer.
+        let (a, b) = tokio::join!(short.submit(1), short.submit(2));
+        assert_eq!((a, b), (None, None), "no answer given to the wrong request");
+    }
+
+    #[tokio::test]
+    async fn a_request_whose_caller_gave_up_is_not_run() {
+        let release = Arc::new(Notify::new());
+        let (commit, batches) = recording(release.clone());
+        let commit = Arc::new(commit);
+        let first = tokio::spawn({
+            let commit = commit.clone();
+            async move { commit.submit(0).await }
+        });
+        while batches.lock().unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        // Queued behind the first batch, then given up on.
+        let given_up = tokio::spawn({
+            let commit = commit.clone();
+            async move { commit.submit(1).await }
+        });
+        let kept = tokio::spawn({
+            let commit = commit.clone();
+            async move { commit.submit(2).await }
+        });
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        given_up.abort();
+        let _ = given_up.await;
+        release.notify_one();
+        assert_eq!(first.await.unwrap(), Some(0));
+        assert_eq!(kept.await.unwrap(), Some(4));
+        assert_eq!(*batches.lock().unwrap(), [vec![0], vec![2]]);
     }
 }

@@ -9,20 +9,20 @@
 -- KEYS[1] placeable, KEYS[2] registry epoch, KEYS[3] counts,
 -- KEYS[4] node_numbers, KEYS[5] weights; then for the i-th placement
 -- (from 1) KEYS[4 + 2i] its bucket and KEYS[5 + 2i] its group's epoch
--- (the chosen node's index is named here, from its number, in the same
--- group).
--- ARGV[1] key prefix; then six for each placement: id, base,
--- expires_at_ms, stale node (''), preferred node (''), and a stale node
--- number ('') that overrides the stale node's (a number the standing
+-- (the chosen node's index is named here, from the group's prefix and the
+-- node's number).
+-- ARGV: seven for each placement: its group's key prefix (`P{s:gg}`), id,
+-- base, expires_at_ms, stale node (''), preferred node (''), and a stale
+-- node number ('') that overrides the stale node's (a number the standing
 -- mapping named that Redis no longer knows).
 -- Returns one answer per placement: {1, number, base, exp} when created,
 -- {0, number, base, exp} for the mapping that stood, {-1} while the
 -- registry or the group is not complete, {-2} when the chosen node has no
 -- number (registered by an older release), false when no node is up.
-local prefix = ARGV[1]
 local registry_complete = redis.call('EXISTS', KEYS[2]) == 1
+local counter = batch_counter(KEYS[1], KEYS[3], KEYS[5], KEYS[4])
 
-local function place(bucket, group_epoch, id, base, expires_at, stale, preferred, unknown)
+local function place(bucket, group_epoch, group, id, base, expires_at, stale, preferred, unknown)
   if not registry_complete or redis.call('EXISTS', group_epoch) == 0 then
     return {-1}
   end
@@ -30,7 +30,7 @@ local function place(bucket, group_epoch, id, base, expires_at, stale, preferred
   if unknown ~= '' then
     stale_number = unknown
   elseif stale ~= '' then
-    stale_number = redis.call('HGET', KEYS[4], stale)
+    stale_number = counter.number(stale)
   end
   local current = redis.call('HGET', bucket, id)
   local standing = current and unpack_mapping(current)
@@ -42,37 +42,29 @@ local function place(bucket, group_epoch, id, base, expires_at, stale, preferred
   if not node then
     return false
   end
-  local number = redis.call('HGET', KEYS[4], node)
+  local number = counter.number(node)
   if not number then
     return {-2}
   end
   if current then
     -- A mapping to the node the caller saw fail does not stand: dropped,
     -- with its index entry and its count.
-    if standing then
-      local _, stale_index = session_keys(prefix, id, standing)
-      local counted = redis.call('HGET', KEYS[3], stale)
-      if redis.call('ZREM', stale_index, id) == 1 and counted then
-        local left = math.max(tonumber(counted) - 1, 0)
-        redis.call('HSET', KEYS[3], stale, left)
-        if redis.call('ZSCORE', KEYS[1], stale) then
-          redis.call('ZADD', KEYS[1], load_of(KEYS[5], stale, left), stale)
-        end
-      end
+    if standing and redis.call('ZREM', group .. 'expiring:' .. standing, id) == 1 then
+      counter.one_less(stale)
     end
     redis.call('HDEL', bucket, id)
   end
-  count_one_more(KEYS[1], KEYS[3], KEYS[5], node)
-  local _, index = session_keys(prefix, id, number)
+  counter.one_more(node)
   redis.call('HSET', bucket, id, number .. ':' .. base .. ':' .. expires_at)
-  redis.call('ZADD', index, expires_at, id)
+  redis.call('ZADD', group .. 'expiring:' .. number, expires_at, id)
   return {1, tonumber(number), tonumber(base), tonumber(expires_at)}
 end
 
 local answers = {}
 for i = 1, (#KEYS - 5) / 2 do
-  local a = 1 + 6 * (i - 1)
+  local a = 7 * (i - 1)
   answers[i] = place(KEYS[4 + 2 * i], KEYS[5 + 2 * i], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3],
-    ARGV[a + 4], ARGV[a + 5], ARGV[a + 6])
+    ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7])
 end
+counter.settle()
 return answers

@@ -27,10 +27,62 @@ local function load_of(weights, addr, count)
   return count / (tonumber(redis.call('HGET', weights, addr)) or 1)
 end
 
--- Counts one more session on `node` and scores it again in `placeable`.
-local function count_one_more(placeable, counts, weights, node)
-  local count = redis.call('HINCRBY', counts, node, 1)
-  redis.call('ZADD', placeable, load_of(weights, node, count), node)
+-- The counting of one batch of placements (place.lua, reserve.lua): a
+-- node's count is read once a batch and kept here as it moves, each move
+-- scores the node again in `placeable` from its count (so the next choice
+-- of the batch sees it, exactly as it would after a script of its own),
+-- and the counts are written once per node when the batch ends
+-- (`settle`). Weights and node numbers are read once a batch too.
+local function batch_counter(placeable, counts, weights, numbers)
+  local weight_of, number_of, count_of, moved = {}, {}, {}, {}
+  local counter = {}
+  local function weight(node)
+    if not weight_of[node] then
+      weight_of[node] = tonumber(redis.call('HGET', weights, node)) or 1
+    end
+    return weight_of[node]
+  end
+  -- The node's number, false if it has none.
+  function counter.number(node)
+    if number_of[node] == nil then
+      number_of[node] = redis.call('HGET', numbers, node)
+    end
+    return number_of[node]
+  end
+  -- The node's count now, false if it has none.
+  function counter.count(node)
+    if count_of[node] == nil then
+      count_of[node] = tonumber(redis.call('HGET', counts, node)) or false
+    end
+    return count_of[node] and count_of[node] + (moved[node] or 0)
+  end
+  local function move(node, by)
+    moved[node] = (moved[node] or 0) + by
+    redis.call('ZADD', placeable, (counter.count(node) or moved[node]) / weight(node), node)
+  end
+  -- One more session on `node`, an up node.
+  function counter.one_more(node)
+    move(node, 1)
+  end
+  -- One session fewer on `node` (never below zero); rescored only if it
+  -- is placeable.
+  function counter.one_less(node)
+    local count = counter.count(node)
+    if count and count > 0 then
+      moved[node] = (moved[node] or 0) - 1
+      if redis.call('ZSCORE', placeable, node) then
+        redis.call('ZADD', placeable, (count - 1) / weight(node), node)
+      end
+    end
+  end
+  function counter.settle()
+    for node, by in pairs(moved) do
+      if by ~= 0 then
+        redis.call('HINCRBY', counts, node, by)
+      end
+    end
+  end
+  return counter
 end
 
 -- The node a new session goes to: `preferred` (the caller's strategy's

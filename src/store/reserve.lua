@@ -2,8 +2,8 @@
 -- batch of new sessions and count it there at once, so concurrent
 -- placements spread. Placements asked for at the same time on this replica
 -- go together (store/placement.rs), so the control slot runs one script
--- for many new sessions, and the cluster's new-session rate is not capped
--- by the one primary that holds it. A node is the placement's preferred
+-- for many new sessions: the one primary that holds it caps the cluster's
+-- new-session rate much later. A node is the placement's preferred
 -- node when the caller's strategy chose one that is still up (and not the
 -- stale node, one the caller saw fail), else the up node with the fewest
 -- active sessions per unit of weight; each choice sees the counts of the
@@ -25,10 +25,11 @@
 -- an older release).
 local answers = {}
 local complete = redis.call('EXISTS', KEYS[2]) == 1
+local counter = batch_counter(KEYS[1], KEYS[3], KEYS[5], KEYS[4])
 for i = 1, #ARGV / 2 do
   local stale, preferred = ARGV[2 * i - 1], ARGV[2 * i]
   local node = complete and choose_node(KEYS[1], stale, preferred)
-  local number = node and redis.call('HGET', KEYS[4], node)
+  local number = node and counter.number(node)
   if not complete then
     answers[i] = {'', -1, ''}
   elseif not node then
@@ -36,12 +37,13 @@ for i = 1, #ARGV / 2 do
   elseif not number then
     answers[i] = {'', -2, ''}
   else
-    count_one_more(KEYS[1], KEYS[3], KEYS[5], node)
+    counter.one_more(node)
     local stale_number = ''
     if stale ~= '' then
-      stale_number = redis.call('HGET', KEYS[4], stale) or ''
+      stale_number = counter.number(stale) or ''
     end
     answers[i] = {node, tonumber(number), stale_number}
   end
 end
+counter.settle()
 return answers
