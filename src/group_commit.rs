@@ -122,6 +122,22 @@ mod tests {
         (commit, batches)
     }
 
+    /// Submits request 0 and waits until its batch is running (held until
+    /// `release`): what is submitted next queues behind it.
+    async fn first_batch_held(
+        commit: &Arc<GroupCommit<u32, u32>>,
+        batches: &Seen,
+    ) -> tokio::task::JoinHandle<Option<u32>> {
+        let first = tokio::spawn({
+            let commit = commit.clone();
+            async move { commit.submit(0).await }
+        });
+        while batches.lock().unwrap().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        first
+    }
+
     #[tokio::test]
     async fn a_lone_request_goes_at_once_and_gets_its_own_answer() {
         let release = Arc::new(Notify::new());
@@ -136,13 +152,7 @@ mod tests {
         let release = Arc::new(Notify::new());
         let (commit, batches) = recording(release.clone());
         let commit = Arc::new(commit);
-        let first = tokio::spawn({
-            let commit = commit.clone();
-            async move { commit.submit(0).await }
-        });
-        while batches.lock().unwrap().is_empty() {
-            tokio::task::yield_now().await;
-        }
+        let first = first_batch_held(&commit, &batches).await;
         // Twelve more while the first is in flight: one batch of the most
         // allowed (8), then the rest.
         let waiting: Vec<_> = (1..=12)
@@ -179,13 +189,7 @@ mod tests {
         let release = Arc::new(Notify::new());
         let (commit, batches) = recording(release.clone());
         let commit = Arc::new(commit);
-        let first = tokio::spawn({
-            let commit = commit.clone();
-            async move { commit.submit(0).await }
-        });
-        while batches.lock().unwrap().is_empty() {
-            tokio::task::yield_now().await;
-        }
+        let first = first_batch_held(&commit, &batches).await;
         // Queued behind the first batch, then given up on.
         let given_up = tokio::spawn({
             let commit = commit.clone();

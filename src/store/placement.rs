@@ -298,34 +298,33 @@ fn answer_each<T: Clone>(len: usize, replies: StoreResult<Vec<T>>) -> Vec<StoreR
 
 /// The batching task ended: its runtime is shutting down.
 fn gone() -> StoreError {
-    StoreError {
-        context: "placing a session in Redis",
-        source: redis::RedisError::from((
-            redis::ErrorKind::Client,
-            "the placement batch gave no answer (shutting down, or its run failed)",
-        )),
-    }
+    client_error(
+        "placing a session in Redis",
+        "the placement batch gave no answer (shutting down, or its run failed)",
+    )
 }
 
 /// The node chosen was registered by a release that gave it no number.
 fn unnumbered_node() -> StoreError {
-    StoreError {
-        context: "choosing a node for a session in Redis",
-        source: redis::RedisError::from((
-            redis::ErrorKind::Client,
-            "the node chosen has no number (registered by an older version)",
-        )),
-    }
+    client_error(
+        "choosing a node for a session in Redis",
+        "the node chosen has no number (registered by an older version)",
+    )
 }
 
 /// A placement that kept finding the session mapped to a node number Redis
 /// has no address for.
 fn mapped_to_unknown_node() -> StoreError {
+    client_error(
+        "placing a session in Redis",
+        "the session stays mapped to a node Redis does not know",
+    )
+}
+
+/// A failure found by this side, not reported by Redis.
+fn client_error(context: &'static str, what: &'static str) -> StoreError {
     StoreError {
-        context: "placing a session in Redis",
-        source: redis::RedisError::from((
-            redis::ErrorKind::Client,
-            "the session stays mapped to a node Redis does not know",
-        )),
+        context,
+        source: redis::RedisError::from((redis::ErrorKind::Client, what)),
     }
 }
