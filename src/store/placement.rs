@@ -157,14 +157,17 @@ impl SessionStore {
         }
     }
 
+    /// The control keys both placement scripts start with: placeable,
+    /// registry epoch, counts, node numbers, weights.
+    fn placement_keys(&self, invocation: &mut redis::ScriptInvocation<'_>) {
+        for key in ["placeable", "registry", "counts", "node_numbers", "weights"] {
+            invocation.key(self.key(&[key]));
+        }
+    }
+
     async fn place_batch(&self, batch: Vec<PlaceRequest>) -> Vec<PlaceAnswer> {
         let mut invocation = self.scripts.place.prepare_invoke();
-        invocation
-            .key(self.key(&["placeable"]))
-            .key(self.key(&["registry"]))
-            .key(self.key(&["counts"]))
-            .key(self.key(&["node_numbers"]))
-            .key(self.key(&["weights"]));
+        self.placement_keys(&mut invocation);
         for request in &batch {
             let bucket = mapping_bucket(&request.id);
             let group = &bucket[..2];
@@ -258,12 +261,7 @@ impl SessionStore {
 
     async fn reserve_batch(&self, batch: Vec<ReserveRequest>) -> Vec<ReserveAnswer> {
         let mut invocation = self.scripts.reserve.prepare_invoke();
-        invocation
-            .key(self.key(&["placeable"]))
-            .key(self.key(&["registry"]))
-            .key(self.key(&["counts"]))
-            .key(self.key(&["node_numbers"]))
-            .key(self.key(&["weights"]));
+        self.placement_keys(&mut invocation);
         for request in &batch {
             invocation.arg(&request.stale).arg(&request.preferred);
         }
