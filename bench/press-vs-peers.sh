@@ -8,7 +8,9 @@
 #   nodes-control:  its own Redis, Postgres at DATABASE_URL
 #
 # Every run starts fresh processes; rounds rotate the order (A B C, B C A,
-# C A B) so the machine's drift cancels in the per-round ratios. wrk runs on
+# C A B) so the machine's drift cancels in the per-round ratios. Each
+# round also reads, from /proc, the CPU the balancer (with its Redis) and
+# its nodes spent per press: on a full core the tail follows it. wrk runs on
 # CPU 0, each balancer with its nodes (and Redis) on CPU 1 (PIN=none: no
 # pinning). wrk presses ID_POOL ids drawn at random, body and X-Session-Id
 # header alike (bench/press.lua).
@@ -110,12 +112,30 @@ start_nodes_control_new() { # port: the same, pressed with new ids only
   start_nodes_control "$1"
 }
 
+# CPU time (clock ticks) of every process of the sessions `start` began
+# (each is its own session: setsid), e.g. nginx's master and worker.
+cpu_ticks() { # session ids...
+  local sid pid t=0
+  for sid in "$@"; do
+    for pid in $(ps -o pid= -s "$sid"); do
+      t=$((t + $(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)))
+    done
+  done
+  echo "$t"
+}
+
+us_per() { # clock ticks, presses -> microseconds of CPU per press
+  python3 -c 'import os, sys; us = int(sys.argv[1]) * 1e6 / os.sysconf("SC_CLK_TCK") / max(int(sys.argv[2]), 1); print(f"{us:.1f}")' "$@"
+}
+
 run_one() { # round balancer
-  local round=$1 lb=$2 port a b c line new=0
+  local round=$1 lb=$2 port a b c line new=0 nodes_sids lb_sids cpu_lb cpu_nodes requests
   [ "$lb" = nodes-control-new ] && new=1
   start_nodes
+  nodes_sids=("${PIDS[@]}")
   port=$(free_port)
   "start_${lb//-/_}" "$port"
+  lb_sids=("${PIDS[@]:${#nodes_sids[@]}}") # the balancer and, for nodes-control, its Redis
   wait_port "$port"
   # Sticky: one id's count goes 1, 2, 3 only if every press reaches one node.
   # The first is retried while the balancer is not ready yet (a 503 counts
@@ -129,10 +149,15 @@ run_one() { # round balancer
   local sticky=FAIL
   [[ $a == *" 1 time"* && $b == *" 2 times"* && $c == *" 3 times"* ]] && sticky=ok
   NEW=$new on_cpu 0 wrk -t1 -c"$CONNS" -d"$WARMUP" -s "$LUA" "http://127.0.0.1:$port" >/dev/null 2>&1 || true
+  cpu_lb=$(cpu_ticks "${lb_sids[@]}"); cpu_nodes=$(cpu_ticks "${nodes_sids[@]}")
   line=$(NEW=$new on_cpu 0 wrk -t1 -c"$CONNS" -d"$DURATION" --timeout 5s -s "$LUA" "http://127.0.0.1:$port" | grep '^RESULT' || true)
+  cpu_lb=$(($(cpu_ticks "${lb_sids[@]}") - cpu_lb)); cpu_nodes=$(($(cpu_ticks "${nodes_sids[@]}") - cpu_nodes))
   stop_all
   [ -n "$line" ] || { echo "round=$round lb=$lb FAILED (logs: $WORK)"; return; }
-  echo "round=$round lb=$lb sticky=$sticky ${line#RESULT }" | tee -a "$RESULTS"
+  # CPU per press in microseconds: the balancer's (with its Redis) and the
+  # nodes' (what the same presses cost them behind each balancer).
+  requests=$(sed 's/.*requests=\([0-9]*\).*/\1/' <<<"$line")
+  echo "round=$round lb=$lb sticky=$sticky ${line#RESULT } cpu_us=$(us_per "$cpu_lb" "$requests") node_cpu_us=$(us_per "$cpu_nodes" "$requests")" | tee -a "$RESULTS"
 }
 
 LBS=(nginx haproxy nodes-control)
@@ -152,7 +177,7 @@ by = {}
 for run in runs:
     by.setdefault(run["lb"], {})[run["round"]] = run
 nginx = by.get("nginx", {})
-print(f"{'balancer':<14} {'presses/s':>10} {'p99 ms':>8} {'vs nginx':>9} {'p99 vs nginx':>13} {'errors':>7} sticky")
+print(f"{'balancer':<14} {'presses/s':>10} {'p99 ms':>8} {'vs nginx':>9} {'p99 vs nginx':>13} {'p99.9 ms':>9} {'CPU us/press':>13} {'errors':>7} sticky")
 for lb in ["nginx", "haproxy", "nodes-control", "nodes-control-new"]:
     if lb == "nodes-control-new" and lb not in by:
         continue
@@ -164,9 +189,13 @@ for lb in ["nginx", "haproxy", "nodes-control", "nodes-control-new"]:
     shared = [k for k in rounds if k in nginx]
     ratio = statistics.median(float(rounds[k]["rps"]) / float(nginx[k]["rps"]) for k in shared) if shared else float("nan")
     p99_ratio = statistics.median(float(rounds[k]["p99_ms"]) / float(nginx[k]["p99_ms"]) for k in shared) if shared else float("nan")
+    p999 = statistics.median(float(r["p999_ms"]) for r in rounds.values())
+    # The balancer's CPU per press (its Redis included), then its nodes'.
+    cpu = statistics.median(float(r["cpu_us"]) for r in rounds.values())
+    node_cpu = statistics.median(float(r["node_cpu_us"]) for r in rounds.values())
     errors = sum(int(r["errors"]) for r in rounds.values())
     sticky = "ok" if all(r["sticky"] == "ok" for r in rounds.values()) else "FAIL"
-    print(f"{lb:<14} {rps:>10.0f} {p99:>8.2f} {ratio:>9.2f} {p99_ratio:>13.2f} {errors:>7} {sticky}")
+    print(f"{lb:<14} {rps:>10.0f} {p99:>8.2f} {ratio:>9.2f} {p99_ratio:>13.2f} {p999:>9.2f} {f'{cpu:.1f} + {node_cpu:.1f}':>13} {errors:>7} {sticky}")
 old, new = by.get("nodes-control", {}), by.get("nodes-control-new", {})
 shared = [k for k in new if k in old]
 if shared:
