@@ -86,13 +86,13 @@ pg_calls() { # port -> the replica's Postgres calls so far
   curl -s "http://127.0.0.1:$1/metrics" | awk '/^nodes_control_postgres_call_duration_seconds_count/ {n = $2} END {print n + 0}'
 }
 load() { # port conns new(0|1) duration [tag of new ids] -> wrk's RESULT line
-  NEW_TAG=${5:-} NEW=$3 on_cpu 0 wrk -t1 -c"$2" -d"$4" --timeout 5s -s "$LUA" "http://127.0.0.1:$1" | grep '^RESULT'
+  NEW_TAG=${5:-} NEW=$3 SEQUENTIAL=${SEQUENTIAL:-0} on_cpu 0 wrk -t1 -c"$2" -d"$4" --timeout 5s -s "$LUA" "http://127.0.0.1:$1" | grep '^RESULT'
 }
 
 echo "# bench-capacity: duration=$DURATION conns=$CONNS ids=$ID_POOL pin=$PIN cpus=$(nproc) commit=$(git rev-parse --short HEAD 2>/dev/null || echo none) $(date -u +%FT%TZ)"
 A=$(free_port)
 replica a "$A"
-load "$A" "$CONNS" 0 2s >/dev/null # every id of the pool placed, caches warm
+SEQUENTIAL=1 load "$A" "$CONNS" 0 2s >/dev/null # every id of the pool placed (in order), caches warm
 
 half=$((CONNS / 2))
 both() { # port-a port-b new(0|1) -> "presses/s errors requests p99-of-a" from two wrk of CONNS/2 each
@@ -152,8 +152,8 @@ NODES=""
 for p in "${NODE_PORTS[@]}"; do NODES+="${NODES:+,}http://127.0.0.1:$p"; done
 PREFIX=capacity-cluster: replica d "$A"
 PREFIX=capacity-cluster: replica e "$B"
-load "$A" "$CONNS" 0 2s >/dev/null
-load "$B" "$CONNS" 0 2s >/dev/null
+SEQUENTIAL=1 load "$A" "$CONNS" 0 2s >/dev/null
+SEQUENTIAL=1 load "$B" "$CONNS" 0 2s >/dev/null
 read -r rps errors req p99 <<<"$(both "$A" "$B" 0)"
 echo "two replicas, existing sessions, three primaries: $rps presses/s, p99 $p99 ms, errors $errors"
 cpu_before=$(cluster_cpu)
