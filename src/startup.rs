@@ -135,7 +135,8 @@ impl Application {
             config.session_ttl(),
             clock,
         );
-        let fences = FenceWatcher::new(store.clone(), table.clone(), events, lease.clone());
+        let fences = FenceWatcher::new(store.clone(), table.clone(), events, lease.clone())
+            .with_session_ttl(config.session_ttl());
         archive.set_replica(fences.replica_id());
         let rebuilder = Rebuilder::new(
             store.clone(),

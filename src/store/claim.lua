@@ -6,12 +6,17 @@
 -- fail) does not stand: it is dropped and replaced.
 --
 -- The group's exact count of a node's sessions is the size of its index
--- (KEYS[3]): a mapping and its index entry come and go together.
+-- (KEYS[3], a list the session is appended to): a mapping and its index
+-- entry come and go together.
 --
 -- KEYS[1] the session's bucket, KEYS[2] the group's epoch, KEYS[3] the
--- chosen node's index in the group, KEYS[4] the stale node's index (any
--- key of the group when there is none).
--- ARGV: group prefix, id, number, base, expires_at_ms, stale number ('').
+-- chosen node's index in the group, KEYS[4] and KEYS[5] the stale node's
+-- index and the zset index an earlier release kept for it (any key of the
+-- group when there is none; the list is declared, not written: see
+-- `leave_failed_node`), KEYS[6] the chosen node's zset index.
+-- ARGV: group prefix, id, number, base, expires_at_ms, stale number (''),
+-- '1' while a replica of an earlier release serves (reserve.lua saw it):
+-- the session is indexed in the zset that release reads, not the list.
 -- Returns {1, number, base, exp, replaced} when created (replaced: 1 if a
 -- mapping to the stale node was dropped), {0, number, base, exp, 0} for
 -- the mapping that stood, {-1} while the group is not complete (its
@@ -28,10 +33,21 @@ if current then
     return {0, tonumber(number), tonumber(base), tonumber(exp), 0}
   end
   if number then
-    replaced = redis.call('ZREM', KEYS[4], id)
+    if number == ARGV[3] then
+      -- Placed anew on the node it was on: its old entry goes (else the
+      -- list would count the session twice).
+      drop_index_entry(KEYS[4], KEYS[5], id)
+    else
+      leave_failed_node(KEYS[5], id)
+    end
+    replaced = 1
   end
   redis.call('HDEL', KEYS[1], id)
 end
 redis.call('HSET', KEYS[1], id, ARGV[3] .. ':' .. ARGV[4] .. ':' .. ARGV[5])
-redis.call('ZADD', KEYS[3], ARGV[5], id)
+if ARGV[7] == '1' then
+  redis.call('ZADD', KEYS[6], ARGV[5], id)
+else
+  redis.call('RPUSH', KEYS[3], id)
+end
 return {1, tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), replaced}

@@ -203,21 +203,40 @@ impl SessionStore {
     /// forgets replicas silent for an hour (they died without leaving; the
     /// fence stopped waiting for them long before). `replicas_fencing`
     /// holds the same heartbeats of the replicas that send fencing epochs
-    /// to the nodes that enforce them (this release on): a clean of such a
-    /// node waits for them only briefly ([`Self::replicas_to_wait_for`]).
-    /// A replica of an earlier release is only in `replicas`.
-    pub async fn heartbeat(&self, replica: &str) -> StoreResult<()> {
+    /// to the nodes that enforce them: a clean of such a node waits for
+    /// them only briefly ([`Self::replicas_to_wait_for`]). `replicas_listing`
+    /// holds those of the replicas that index sessions in lists (this
+    /// release on). A replica of an earlier release is only in `replicas`
+    /// (and perhaps `replicas_fencing`): while one is there at all (its
+    /// heartbeat is judged by no clock: an earlier release wrote it on its
+    /// own), and for `earlier_mark` after, the heartbeat keeps
+    /// `earlier_release` set, and new sessions are indexed the way such a
+    /// replica reads them (docs/design.md, "An earlier release").
+    pub async fn heartbeat(
+        &self,
+        replica: &str,
+        earlier_mark: std::time::Duration,
+    ) -> StoreResult<()> {
         redis::Script::new(&format!(
             "{REDIS_NOW}
-             for i = 1, 2 do
+             for i = 1, 3 do
                redis.call('ZADD', KEYS[i], now, ARGV[1])
                redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - 3600000)
+             end
+             for _, heard in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+               if not redis.call('ZSCORE', KEYS[3], heard) then
+                 redis.call('SET', KEYS[4], heard, 'PX', ARGV[2])
+                 break
+               end
              end
              return 0"
         ))
         .key(self.key(&["replicas"]))
         .key(self.key(&["replicas_fencing"]))
+        .key(self.key(&["replicas_listing"]))
+        .key(self.key(&["earlier_release"]))
         .arg(replica)
+        .arg(earlier_mark.as_millis().max(1) as i64)
         .invoke_async::<i64>(&mut self.conn())
         .await
         .context("recording a replica heartbeat in Redis")?;
@@ -228,6 +247,7 @@ impl SessionStore {
         redis::pipe()
             .zrem(self.key(&["replicas"]), replica)
             .zrem(self.key(&["replicas_fencing"]), replica)
+            .zrem(self.key(&["replicas_listing"]), replica)
             .query_async::<()>(&mut self.conn())
             .await
             .context("removing a replica from Redis")

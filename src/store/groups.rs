@@ -22,6 +22,20 @@ use super::{Context, NodeRecord, SessionStore, StoreResult};
 /// few enough that walking them all is one quick round of requests.
 pub const GROUPS: usize = 256;
 
+/// The most sessions one walk of a group's list returns (due.lua): a
+/// burst that ends more at once is swept over several sweeps, and no
+/// script holds Redis long.
+const MAX_DUE_PER_GROUP: isize = 4_096;
+
+/// Entries without their mapping a walk reads past, besides the ones it
+/// returns: they are dropped as found, so a later walk does not read them.
+const MAX_STRAYS_PER_WALK: isize = 1_024;
+
+/// How many live sessions end a walk of a list (due.lua): enough to find
+/// the few that a replica with a slightly different clock placed out of
+/// order, few enough that a walk costs what ended.
+const LOOKAHEAD: usize = 32;
+
 /// The four hex digits that name a session's mapping bucket: the first
 /// four of SHA-1(id), as `prelude.lua` computes them. 65,536 buckets keep
 /// each one a small listpack-encoded hash (about 15 mappings per bucket at
@@ -61,8 +75,16 @@ impl SessionStore {
         self.group_key(&bucket[..2], &["mappings", &bucket])
     }
 
-    /// Node `number`'s index in `group`: its sessions there, by their end.
+    /// Node `number`'s index in `group`: a list of its sessions there, in
+    /// the order they were placed (and so, give or take, of their end).
     pub(super) fn index_key(&self, group: &str, number: u64) -> String {
+        self.group_key(group, &["due", &number.to_string()])
+    }
+
+    /// The index an earlier release kept for node `number` in `group`, a
+    /// zset of its sessions by their end: read and emptied, never written
+    /// (its sessions end within a session's life after the upgrade).
+    pub(super) fn earlier_index_key(&self, group: &str, number: u64) -> String {
         self.group_key(group, &["expiring", &number.to_string()])
     }
 
@@ -174,6 +196,12 @@ impl SessionStore {
                 let group: Vec<redis::Value> = values.by_ref().take(size).collect();
                 stale |= group.len() < size;
                 for value in group {
+                    // A redirection (or any error) read as a plain value:
+                    // the walk goes group by group, through the client.
+                    if matches!(value, redis::Value::ServerError(_)) {
+                        stale = true;
+                        continue;
+                    }
                     match redis::from_redis_value(value) {
                         Ok(reply) => replies[i].push(reply),
                         Err(_) => stale = true,
@@ -189,7 +217,10 @@ impl SessionStore {
     }
 
     /// The sessions on `address` whose life ends at or before `by_ms`, at
-    /// most `limit`, those ending first first: O(expired) per group.
+    /// most `limit`, those ending first first: O(expired) per group
+    /// (due.lua walks each list from its head; an earlier release's zset is
+    /// read by score). Entries the walk found without their mapping are
+    /// dropped on the way (drop_strays.lua).
     pub async fn expiring(
         &self,
         address: &str,
@@ -200,37 +231,119 @@ impl SessionStore {
             return Ok(Vec::new());
         };
         let limit = limit.min(i64::MAX as usize) as isize;
-        let found: Vec<Vec<Vec<(String, f64)>>> = self
-            .query_groups(
-                "reading a node's expiring sessions from Redis",
-                |group, pipe| {
-                    pipe.zrangebyscore_limit_withscores(
-                        self.index_key(group, number),
-                        "-inf",
-                        by_ms,
-                        0,
-                        limit,
-                    );
-                },
-            )
-            .await?;
-        let mut due: Vec<(String, f64)> = found.into_iter().flatten().flatten().collect();
-        due.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let per_group = limit.min(MAX_DUE_PER_GROUP);
+        let walk = |group: &str, pipe: &mut redis::Pipeline| {
+            pipe.cmd("EVALSHA")
+                .arg(self.scripts.due.get_hash())
+                .arg(1)
+                .arg(self.index_key(group, number))
+                .arg(self.group_prefix(group))
+                .arg(number)
+                .arg(by_ms)
+                .arg(per_group)
+                .arg(LOOKAHEAD)
+                .arg(per_group + MAX_STRAYS_PER_WALK);
+            pipe.zrangebyscore_limit_withscores(
+                self.earlier_index_key(group, number),
+                "-inf",
+                by_ms,
+                0,
+                per_group,
+            );
+        };
+        const CONTEXT: &str = "reading a node's expiring sessions from Redis";
+        let mut found: Vec<Vec<redis::Value>> = Vec::new();
+        for attempt in 0..2 {
+            let replies = self.query_groups(CONTEXT, walk).await;
+            let missing = match &replies {
+                Err(error) => error.source.code() == Some("NOSCRIPT"),
+                Ok(groups) => groups.iter().flatten().any(
+                    |reply| matches!(reply, redis::Value::ServerError(e) if e.code() == "NOSCRIPT"),
+                ),
+            };
+            if !missing || attempt == 1 {
+                found = replies?;
+                break;
+            }
+            // A Redis that restarted (or a primary new to the cluster) has
+            // not got the script: loaded on every one, then walked again.
+            self.scripts
+                .due
+                .prepare_invoke()
+                .load_async(&mut self.conn())
+                .await
+                .context("loading the sweep's script into Redis")?;
+        }
+        let mut due: Vec<(String, f64)> = Vec::new();
+        let mut strays: Vec<String> = Vec::new();
+        for replies in found {
+            let mut replies = replies.into_iter();
+            let (walked, earlier) = (replies.next(), replies.next());
+            if let Some(walked) = walked {
+                let (ended, left): (Vec<(String, f64)>, Vec<String>) =
+                    redis::from_redis_value(walked)
+                        .map_err(redis::RedisError::from)
+                        .context(CONTEXT)?;
+                due.extend(ended);
+                strays.extend(left);
+            }
+            if let Some(earlier) = earlier {
+                let ended: Vec<(String, f64)> = redis::from_redis_value(earlier)
+                    .map_err(redis::RedisError::from)
+                    .context(CONTEXT)?;
+                due.extend(ended);
+            }
+        }
+        if !strays.is_empty() {
+            // Best effort: an entry left now is dropped by the next walk
+            // (while a cluster moves a slot, its keys may be out of reach).
+            if let Err(error) = self.drop_strays(number, &strays).await {
+                tracing::warn!(%error, strays = strays.len(), "index entries without a mapping not dropped");
+            }
+        }
+        due.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+        let mut seen = std::collections::HashSet::new();
+        due.retain(|(id, _)| seen.insert(id.clone()));
         due.truncate(limit as usize);
         Ok(due.into_iter().map(|(id, _)| id).collect())
     }
 
-    /// Every session mapped to a node. O(sessions of the node).
+    /// Every session mapped to a node. O(sessions of the node): its index
+    /// entries, each checked against its mapping (an entry left behind, a
+    /// stray, names a session that lives elsewhere now or nowhere).
     pub async fn node_sessions(&self, address: &str) -> StoreResult<Vec<String>> {
+        let entries = self.index_entries(address).await?;
+        if entries.is_empty() {
+            return Ok(entries);
+        }
+        let placements = self.placements_of(&entries).await?;
+        Ok(entries
+            .into_iter()
+            .zip(placements)
+            .filter(|(_, placed)| placed.as_ref().is_some_and(|(node, _)| node == address))
+            .map(|(id, _)| id)
+            .collect())
+    }
+
+    /// Every id in a node's indexes, strays included, in the lists' order
+    /// (each list from its head). O(sessions of the node).
+    pub(super) async fn index_entries(&self, address: &str) -> StoreResult<Vec<String>> {
         let Some(number) = self.node_number(address).await? else {
             return Ok(Vec::new());
         };
         let found: Vec<Vec<Vec<String>>> = self
             .query_groups("reading a node's sessions from Redis", |group, pipe| {
-                pipe.zrange(self.index_key(group, number), 0, -1);
+                pipe.lrange(self.index_key(group, number), 0, -1);
+                pipe.zrange(self.earlier_index_key(group, number), 0, -1);
             })
             .await?;
-        Ok(found.into_iter().flatten().flatten().collect())
+        let mut seen = std::collections::HashSet::new();
+        Ok(found
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|id| seen.insert(id.clone()))
+            .collect())
     }
 
     /// Sets every node's active-session count to the exact sum of its
@@ -246,14 +359,15 @@ impl SessionStore {
         let sizes: Vec<Vec<u64>> = self
             .query_groups("counting a group's sessions in Redis", |group, pipe| {
                 for node in nodes {
-                    pipe.zcard(self.index_key(group, node.number));
+                    pipe.llen(self.index_key(group, node.number));
+                    pipe.zcard(self.earlier_index_key(group, node.number));
                 }
             })
             .await?;
         let mut totals = vec![0u64; nodes.len()];
         for group in sizes {
-            for (total, size) in totals.iter_mut().zip(group) {
-                *total += size;
+            for (total, size) in totals.iter_mut().zip(group.chunks(2)) {
+                *total += size.iter().sum::<u64>();
             }
         }
         let counts: Vec<(&str, i64, Option<u32>)> = nodes
@@ -324,7 +438,12 @@ impl SessionStore {
             keys.extend((0..GROUPS).map(|bucket| {
                 self.group_key(group, &["mappings", &format!("{group}{bucket:02x}")])
             }));
-            keys.extend(numbers.iter().map(|number| self.index_key(group, *number)));
+            keys.extend(numbers.iter().flat_map(|number| {
+                [
+                    self.index_key(group, *number),
+                    self.earlier_index_key(group, *number),
+                ]
+            }));
             pipe.del(keys);
         })
         .await?;
@@ -335,7 +454,10 @@ impl SessionStore {
     /// were unmapped; anything left would never be read again).
     pub(super) async fn delete_indexes(&self, number: u64) -> StoreResult<()> {
         self.query_groups::<redis::Value>("deleting a node's indexes in Redis", |group, pipe| {
-            pipe.del(self.index_key(group, number));
+            pipe.del(&[
+                self.index_key(group, number),
+                self.earlier_index_key(group, number),
+            ]);
         })
         .await?;
         Ok(())

@@ -7,10 +7,11 @@
 -- session's group are on different primaries.
 --
 -- KEYS[1] placeable, KEYS[2] registry epoch, KEYS[3] counts,
--- KEYS[4] node_numbers, KEYS[5] weights; then for the i-th placement
--- (from 1) KEYS[4 + 2i] its bucket and KEYS[5 + 2i] its group's epoch
--- (the chosen node's index is named here, from the group's prefix and the
--- node's number).
+-- KEYS[4] node_numbers, KEYS[5] weights, KEYS[6] earlier_release; then for
+-- the i-th placement (from 1) KEYS[5 + 2i] its bucket and KEYS[6 + 2i] its
+-- group's epoch (the chosen node's index is named here, from the group's
+-- prefix and the node's number: its list, or its zset while a replica of
+-- an earlier release serves, see `index_new_session`).
 -- ARGV: seven for each placement: its group's key prefix (`P{s:gg}`), id,
 -- base, expires_at_ms, stale node (''), preferred node (''), and a stale
 -- node number ('') that overrides the stale node's (a number the standing
@@ -21,6 +22,7 @@
 -- number (registered by an older release), false when no node is up.
 local registry_complete = redis.call('EXISTS', KEYS[2]) == 1
 local counter = batch_counter(KEYS[1], KEYS[3], KEYS[5], KEYS[4])
+local earlier = redis.call('EXISTS', KEYS[6]) == 1
 
 local function place(bucket, group_epoch, group, id, base, expires_at, stale, preferred, unknown)
   if not registry_complete or redis.call('EXISTS', group_epoch) == 0 then
@@ -48,22 +50,29 @@ local function place(bucket, group_epoch, group, id, base, expires_at, stale, pr
   end
   if current then
     -- A mapping to the node the caller saw fail does not stand: dropped,
-    -- with its index entry and its count.
-    if standing and redis.call('ZREM', group .. 'expiring:' .. standing, id) == 1 then
+    -- with its count and its index entry (which stays in the list, a
+    -- stray, see `leave_failed_node`, unless the session is placed anew
+    -- on that very node: the list would count it twice).
+    if standing == number then
+      drop_index_entry(group .. 'due:' .. number, group .. 'expiring:' .. number, id)
+    elseif standing then
+      leave_failed_node(group .. 'expiring:' .. standing, id)
+    end
+    if standing then
       counter.one_less(stale)
     end
     redis.call('HDEL', bucket, id)
   end
   counter.one_more(node)
   redis.call('HSET', bucket, id, number .. ':' .. base .. ':' .. expires_at)
-  redis.call('ZADD', group .. 'expiring:' .. number, expires_at, id)
+  index_new_session(group, number, id, expires_at, earlier)
   return {1, tonumber(number), tonumber(base), tonumber(expires_at)}
 end
 
 local answers = {}
-for i = 1, (#KEYS - 5) / 2 do
+for i = 1, (#KEYS - 6) / 2 do
   local a = 7 * (i - 1)
-  answers[i] = place(KEYS[4 + 2 * i], KEYS[5 + 2 * i], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3],
+  answers[i] = place(KEYS[5 + 2 * i], KEYS[6 + 2 * i], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3],
     ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7])
 end
 counter.settle()

@@ -50,8 +50,9 @@ struct ReserveRequest {
 /// `place.lua`'s answer for one placement: `None` when no node is up.
 type PlaceAnswer = StoreResult<Option<Vec<i64>>>;
 /// `reserve.lua`'s: `None` when no node is up, else (node, number, the
-/// stale node's number or '').
-type ReserveAnswer = StoreResult<Option<(String, i64, String)>>;
+/// stale node's number or '', 1 while a replica of an earlier release
+/// serves).
+type ReserveAnswer = StoreResult<Option<(String, i64, String, i64)>>;
 
 /// The batching tasks of one store, started on first use (on the runtime
 /// that places the first session).
@@ -158,9 +159,17 @@ impl SessionStore {
     }
 
     /// The control keys both placement scripts start with: placeable,
-    /// registry epoch, counts, node numbers, weights.
+    /// registry epoch, counts, node numbers, weights, and the mark of an
+    /// earlier release's replica serving (store/fences.rs, heartbeat).
     fn placement_keys(&self, invocation: &mut redis::ScriptInvocation<'_>) {
-        for key in ["placeable", "registry", "counts", "node_numbers", "weights"] {
+        for key in [
+            "placeable",
+            "registry",
+            "counts",
+            "node_numbers",
+            "weights",
+            "earlier_release",
+        ] {
             invocation.key(self.key(&[key]));
         }
     }
@@ -207,19 +216,26 @@ impl SessionStore {
             })
             .await
             .unwrap_or_else(|| Err(gone()))?;
-        let (node, number, stale_number) = match reserved {
+        let (node, number, stale_number, earlier) = match reserved {
             None => return Ok(Decided::NoNode),
-            Some((_, -1, _)) => return Ok(Decided::NotReady),
-            Some((_, -2, _)) => return Err(unnumbered_node()),
-            Some((node, number, stale)) => (node, number as u64, stale.parse::<u64>().ok()),
+            Some((_, -1, _, _)) => return Ok(Decided::NotReady),
+            Some((_, -2, _, _)) => return Err(unnumbered_node()),
+            Some((node, number, stale, earlier)) => {
+                (node, number as u64, stale.parse::<u64>().ok(), earlier == 1)
+            }
         };
         let stale_number = request.unknown.parse::<u64>().ok().or(stale_number);
         let bucket = mapping_bucket(&request.id);
         let group = &bucket[..2];
         let chosen_index = self.index_key(group, number);
-        let stale_index = stale_number.map_or_else(
-            || chosen_index.clone(),
-            |stale| self.index_key(group, stale),
+        let (stale_index, stale_earlier_index) = stale_number.map_or_else(
+            || (chosen_index.clone(), chosen_index.clone()),
+            |stale| {
+                (
+                    self.index_key(group, stale),
+                    self.earlier_index_key(group, stale),
+                )
+            },
         );
         let claimed: Vec<i64> = self
             .scripts
@@ -228,12 +244,15 @@ impl SessionStore {
             .key(self.group_key(group, &["epoch"]))
             .key(chosen_index)
             .key(stale_index)
+            .key(stale_earlier_index)
+            .key(self.earlier_index_key(group, number))
             .arg(self.group_prefix(group))
             .arg(&request.id)
             .arg(number)
             .arg(request.base)
             .arg(request.expires_at_ms)
             .arg(stale_number.map(|n| n.to_string()).unwrap_or_default())
+            .arg(if earlier { "1" } else { "0" })
             .invoke_async(&mut self.conn())
             .await
             .context("creating a session mapping in Redis")?;
@@ -266,7 +285,7 @@ impl SessionStore {
             invocation.arg(&request.stale).arg(&request.preferred);
         }
         let replies = invocation
-            .invoke_async::<Vec<Option<(String, i64, String)>>>(&mut self.conn())
+            .invoke_async::<Vec<Option<(String, i64, String, i64)>>>(&mut self.conn())
             .await
             .context("choosing nodes for sessions in Redis");
         answer_each(batch.len(), replies)

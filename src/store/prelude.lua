@@ -2,14 +2,52 @@
 -- mappings (prepended by `mapping_script` in store/mod.rs, where the
 -- layout is described).
 
--- The bucket a session's mapping lives in and its node's index, both in
+-- The bucket a session's mapping lives in and its node's two indexes in
 -- the session's group (`P{s:gg}`, gg the first two hex digits of
--- SHA-1(id)); the bucket is named by the first four (`mapping_bucket` in
+-- SHA-1(id)): the list this release appends to (`due:n`) and the zset an
+-- earlier release wrote (`expiring:n`, read and emptied, never written).
+-- The bucket is named by the first four digits (`mapping_bucket` in
 -- groups.rs agrees, and the caller declares the same keys).
 local function session_keys(prefix, id, number)
   local digest = redis.sha1hex(id)
   local group = prefix .. '{s:' .. string.sub(digest, 1, 2) .. '}'
-  return group .. 'mappings:' .. string.sub(digest, 1, 4), group .. 'expiring:' .. number
+  return group .. 'mappings:' .. string.sub(digest, 1, 4), group .. 'due:' .. number,
+    group .. 'expiring:' .. number
+end
+
+-- A session leaving a node that failed, one press at a time (place.lua,
+-- claim.lua): its entry leaves the zset an earlier release kept, but in
+-- the node's list it stays, a stray, since finding it there would read
+-- the list up to it on every such press, all at once when a busy node
+-- fails. The failover's unmapping, which walks the node's lists in order,
+-- drops it (unmap.lua); a sweep's walk that reaches it does too.
+local function leave_failed_node(expiring, id)
+  redis.call('ZREM', expiring, id)
+end
+
+-- Takes `id` out of its node's index in its group: from the zset if an
+-- earlier release put it there, else from the list (the first entry from
+-- the head: an older entry of the id, left by a release that did not take
+-- it out, goes before the live one). Returns 1 if an entry was found.
+local function drop_index_entry(due, expiring, id)
+  if redis.call('ZREM', expiring, id) == 1 then
+    return 1
+  end
+  return redis.call('LREM', due, 1, id)
+end
+
+-- Indexes a session just mapped to node `number` in its group (`group`,
+-- its key prefix): at the tail of the node's list; or, while a replica of
+-- an earlier release serves (`earlier`), in the zset that release reads,
+-- by the session's end, so that its cleans and sweeps see the session.
+-- Either way a session is in one index only, and the two sizes add up to
+-- the group's count of the node.
+local function index_new_session(group, number, id, expires_at, earlier)
+  if earlier then
+    redis.call('ZADD', group .. 'expiring:' .. number, expires_at, id)
+  else
+    redis.call('RPUSH', group .. 'due:' .. number, id)
+  end
 end
 
 -- A mapping is '{node number}:{base}:{expires at, ms}'; returns the three

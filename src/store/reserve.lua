@@ -17,32 +17,35 @@
 -- that must be archived first).
 --
 -- KEYS[1] placeable (up nodes by active sessions), KEYS[2] registry epoch,
--- KEYS[3] counts, KEYS[4] node_numbers, KEYS[5] weights.  ARGV: two for
--- each placement, its stale node and its preferred node ('' for none).
+-- KEYS[3] counts, KEYS[4] node_numbers, KEYS[5] weights, KEYS[6]
+-- earlier_release.  ARGV: two for each placement, its stale node and its
+-- preferred node ('' for none).
 -- Returns one answer per placement: {node, number, stale node's number or
--- ''}, false when no node is up, {'', -1, ''} while the registry is not
--- complete, {'', -2, ''} when the chosen node has no number (registered by
--- an older release).
+-- '', 1 if a replica of an earlier release serves (the claim indexes the
+-- session the way it reads them) else 0}, false when no node is up,
+-- {'', -1, '', 0} while the registry is not complete, {'', -2, '', 0} when
+-- the chosen node has no number (registered by an older release).
 local answers = {}
 local complete = redis.call('EXISTS', KEYS[2]) == 1
 local counter = batch_counter(KEYS[1], KEYS[3], KEYS[5], KEYS[4])
+local earlier = redis.call('EXISTS', KEYS[6])
 for i = 1, #ARGV / 2 do
   local stale, preferred = ARGV[2 * i - 1], ARGV[2 * i]
   local node = complete and choose_node(KEYS[1], stale, preferred)
   local number = node and counter.number(node)
   if not complete then
-    answers[i] = {'', -1, ''}
+    answers[i] = {'', -1, '', 0}
   elseif not node then
     answers[i] = false
   elseif not number then
-    answers[i] = {'', -2, ''}
+    answers[i] = {'', -2, '', 0}
   else
     counter.one_more(node)
     local stale_number = ''
     if stale ~= '' then
       stale_number = counter.number(stale) or ''
     end
-    answers[i] = {node, tonumber(number), stale_number}
+    answers[i] = {node, tonumber(number), stale_number, earlier}
   end
 end
 counter.settle()

@@ -74,7 +74,9 @@ impl SessionStore {
         let Some(number) = self.node_number(address).await? else {
             return Ok(Vec::new());
         };
-        let ids = self.node_sessions(address).await?;
+        // Strays too, in list order: each is at its list's head when its
+        // turn comes, where unmap.lua drops it cheaply.
+        let ids = self.index_entries(address).await?;
         let dropped = self.unmap_in_groups(lock, number, &ids, &[]).await?;
         self.set_counts(false, &[(address, 0, None)]).await?;
         Ok(dropped)
@@ -86,6 +88,9 @@ impl SessionStore {
         &self,
         session_ids: &[String],
     ) -> StoreResult<Vec<Option<(String, i64)>>> {
+        if session_ids.is_empty() {
+            return Ok(Vec::new()); // an empty pipeline is an error to redis-rs
+        }
         // One pipeline per group on a cluster, one for all on a single Redis.
         let groups = if self.cluster {
             by_group(session_ids.iter().enumerate(), |(_, id)| id.as_str())
@@ -142,6 +147,50 @@ impl SessionStore {
         Ok(unmapped)
     }
 
+    /// Drops the entries of `ids` from node `number`'s lists where no
+    /// mapping of the id to the node stands (drop_strays.lua checks each
+    /// again): one call per group on a cluster, all at once; one call on a
+    /// single Redis. Needs no lock.
+    pub(super) async fn drop_strays(&self, number: u64, ids: &[String]) -> StoreResult<()> {
+        let calls = if self.cluster {
+            by_group(ids.iter(), |id| id.as_str())
+        } else {
+            HashMap::from([(String::new(), ids.iter().collect())])
+        };
+        let calls = calls.into_values().map(|ids| {
+            let mut invocation = self.scripts.drop_strays.prepare_invoke();
+            let mut keys: Vec<String> = ids
+                .iter()
+                .flat_map(|id| {
+                    let bucket = mapping_bucket(id);
+                    [
+                        self.index_key(&bucket[..2], number),
+                        self.group_key(&bucket[..2], &["mappings", &bucket]),
+                    ]
+                })
+                .collect();
+            keys.sort_unstable();
+            keys.dedup();
+            for key in keys {
+                invocation.key(key);
+            }
+            invocation.arg(self.prefix.as_ref()).arg(number);
+            for id in &ids {
+                invocation.arg(id.as_str());
+            }
+            async move {
+                invocation
+                    .invoke_async::<i64>(&mut self.conn())
+                    .await
+                    .context("dropping index entries without a mapping in Redis")
+            }
+        });
+        for dropped in futures::future::join_all(calls).await {
+            dropped?;
+        }
+        Ok(())
+    }
+
     /// `unmap.lua` over the groups the ids fall in: one call per group on
     /// a cluster (a script stays in one slot), all at once; one call for
     /// every group on a single Redis (one script instead of up to 256).
@@ -195,6 +244,7 @@ impl SessionStore {
                     let bucket = mapping_bucket(id);
                     [
                         self.index_key(&bucket[..2], number),
+                        self.earlier_index_key(&bucket[..2], number),
                         self.group_key(&bucket[..2], &["mappings", &bucket]),
                     ]
                 })

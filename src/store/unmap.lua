@@ -4,7 +4,8 @@
 -- count of the node stays exact); the id/base pairs still on the node take
 -- their new base. A session mapped elsewhere is left alone, so running
 -- this twice changes nothing the second time.
--- KEYS: the node's indexes in those groups and the buckets of the ids.
+-- KEYS: the node's indexes in those groups (its lists and an earlier
+-- release's zsets) and the buckets of the ids.
 -- ARGV: the node lock's key ('' on a cluster, where the caller checked it)
 -- and its holder's token, key prefix, number, count of leaving ids L, L ids,
 -- id/base pairs.
@@ -16,13 +17,18 @@ local prefix, number, n = ARGV[3], ARGV[4], tonumber(ARGV[5])
 local unmapped = {}
 for i = 6, 5 + n do
   local id = ARGV[i]
-  local key, index = session_keys(prefix, id, number)
+  local key, due, expiring = session_keys(prefix, id, number)
   local value = redis.call('HGET', key, id)
   if value and unpack_mapping(value) == number then
     redis.call('HDEL', key, id)
     unmapped[#unmapped + 1] = id
+    drop_index_entry(due, expiring, id)
+  elseif redis.call('ZREM', expiring, id) == 0 and redis.call('LPOS', due, id, 'MAXLEN', 64) then
+    -- Gone already, its entry left by an earlier release: dropped where
+    -- it is cheap to find (a repeated clean must not scan whole lists);
+    -- the sweep drops the rest as they come due (due.lua).
+    redis.call('LREM', due, 1, id)
   end
-  redis.call('ZREM', index, id)
 end
 for i = 6 + n, #ARGV, 2 do
   local id = ARGV[i]

@@ -106,10 +106,10 @@ async fn a_sweep_leaves_no_mapping_or_index_behind() {
         app.ctx.store.place(&id, 0, 1, None, None).await.unwrap();
     }
     let prefix = app.ctx.store.prefix().to_owned();
-    assert!(!keys(&prefix, "expiring:").await.is_empty());
+    assert!(!keys(&prefix, "due:").await.is_empty());
     let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
     assert_eq!(report.unmapped, 50, "{report:?}");
-    assert_eq!(keys(&prefix, "expiring:").await, Vec::<String>::new());
+    assert_eq!(keys(&prefix, "due:").await, Vec::<String>::new());
     assert_eq!(keys(&prefix, "mappings:").await, Vec::<String>::new());
 }
 
@@ -130,7 +130,7 @@ async fn an_old_index_entry_does_not_end_a_session_placed_anew() {
     let mapping = store.lookup(&id).await.unwrap().expect("still mapped");
     assert_eq!(mapping.base, 7);
     // The stale entry was replaced by the live one: one index, one entry.
-    let indexes = keys(store.prefix(), "expiring:").await;
+    let indexes = keys(store.prefix(), "due:").await;
     assert_eq!(
         indexes.len(),
         1,
@@ -150,6 +150,7 @@ async fn removing_a_node_takes_its_mappings_and_indexes_along() {
     let prefix = app.ctx.store.prefix().to_owned();
     assert!(!keys(&prefix, "mappings:").await.is_empty());
     app.remove_node(&nodes[0].address).await;
+    assert_eq!(keys(&prefix, "due:").await, Vec::<String>::new());
     assert_eq!(keys(&prefix, "expiring:").await, Vec::<String>::new());
     assert_eq!(keys(&prefix, "mappings:").await, Vec::<String>::new());
 }
@@ -213,4 +214,290 @@ async fn a_weight_an_earlier_release_never_recorded_for_placement_is_recorded_by
         on_heavy += usize::from(answer.served_by.as_deref() == Some(nodes[1].name.as_str()));
     }
     assert_eq!(on_heavy, 8, "weights 1 and 4: 2 and 8 of 10 new sessions");
+}
+
+/// The group (first two hex digits of SHA-1) and bucket (first four) of an
+/// id, as the scripts compute them.
+fn bucket_of(id: &str) -> String {
+    sha1_smol::Sha1::from(id).digest().to_string()[..4].to_owned()
+}
+
+/// `n` ids of one session group (so in one list of a node).
+fn ids_of_one_group(tag: &str, n: usize) -> Vec<String> {
+    let first = format!("{tag}-0");
+    let group = bucket_of(&first)[..2].to_owned();
+    (0..)
+        .map(|i| format!("{tag}-{i}"))
+        .filter(|id| bucket_of(id)[..2] == group)
+        .take(n)
+        .collect()
+}
+
+/// The count `GET /nodes` shows for the node at `address` (after a sweep,
+/// its tally of the indexes).
+async fn active_sessions(app: &common::TestApp, address: &str) -> Option<u64> {
+    app.nodes()
+        .await
+        .iter()
+        .find(|n| n["address"] == address)
+        .and_then(|n| n["active_sessions"].as_u64())
+}
+
+/// A session an earlier release placed: its mapping, and its entry in the
+/// zset index that release kept (`expiring:{number}`, scored by its end).
+async fn place_as_earlier_release(
+    store: &nodes_control::store::SessionStore,
+    id: &str,
+    number: u64,
+    exp: i64,
+) {
+    let bucket = bucket_of(id);
+    let group = &bucket[..2];
+    let _: i64 = on_owner(
+        redis::cmd("HSET")
+            .arg(store.group_key(group, &["mappings", &bucket]))
+            .arg(id)
+            .arg(format!("{number}:0:{exp}")),
+    )
+    .await;
+    let _: i64 = on_owner(
+        redis::cmd("ZADD")
+            .arg(store.group_key(group, &["expiring", &number.to_string()]))
+            .arg(exp)
+            .arg(id),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn sessions_an_earlier_release_indexed_are_counted_swept_and_listed() {
+    let app = spawn_app().await;
+    let nodes = start_nodes(&app, 1, false).await;
+    let store = &app.ctx.store;
+    let address = &nodes[0].address;
+    let number = store.get_node(address).await.unwrap().unwrap().number;
+    let tag = unique("earlier");
+    let ended: Vec<String> = (0..3).map(|i| format!("{tag}-ended-{i}")).collect();
+    let live: Vec<String> = (0..2).map(|i| format!("{tag}-live-{i}")).collect();
+    for id in &ended {
+        place_as_earlier_release(store, id, number, now_ms() - 1_000).await;
+    }
+    for id in &live {
+        place_as_earlier_release(store, id, number, now_ms() + 60_000).await;
+    }
+    // And one this release places, in its list.
+    let new = format!("{tag}-new");
+    store
+        .place(&new, 0, now_ms() + 60_000, None, None)
+        .await
+        .unwrap();
+
+    let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
+    assert_eq!(report.unmapped, 3, "{report:?}");
+    for id in &ended {
+        assert_eq!(store.lookup(id).await.unwrap(), None, "{id} ended");
+    }
+    let mut listed = store.node_sessions(address).await.unwrap();
+    listed.sort();
+    let mut expected = live.clone();
+    expected.push(new.clone());
+    expected.sort();
+    assert_eq!(listed, expected);
+    assert_eq!(active_sessions(&app, address).await, Some(3));
+
+    // Removing the node unmaps both kinds and leaves neither index behind.
+    app.remove_node(address).await;
+    for id in live.iter().chain([&new]) {
+        assert_eq!(store.lookup(id).await.unwrap(), None, "{id} unmapped");
+    }
+    assert_eq!(
+        keys(store.prefix(), "expiring:").await,
+        Vec::<String>::new()
+    );
+    assert_eq!(keys(store.prefix(), "due:").await, Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn an_entry_whose_session_an_earlier_release_ended_is_dropped_and_not_counted() {
+    let app = spawn_app().await;
+    let nodes = start_nodes(&app, 1, false).await;
+    let store = &app.ctx.store;
+    let address = &nodes[0].address;
+    let ids = ids_of_one_group(&unique("left"), 3);
+    for id in &ids {
+        store
+            .place(id, 0, now_ms() + 60_000, None, None)
+            .await
+            .unwrap();
+    }
+    // An earlier release ends the first two as it always did: it deletes
+    // their mappings and knows nothing of this release's list.
+    for id in &ids[..2] {
+        let bucket = bucket_of(id);
+        let _: i64 = on_owner(
+            redis::cmd("HDEL")
+                .arg(store.group_key(&bucket[..2], &["mappings", &bucket]))
+                .arg(id),
+        )
+        .await;
+    }
+    let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
+    assert_eq!(report.unmapped, 0, "{report:?}");
+    assert_eq!(
+        store.node_sessions(address).await.unwrap(),
+        [ids[2].clone()]
+    );
+    assert_eq!(active_sessions(&app, address).await, Some(1));
+}
+
+#[tokio::test]
+async fn a_session_that_ended_behind_longer_lived_ones_is_swept() {
+    let app = spawn_app().await;
+    let nodes = start_nodes(&app, 1, false).await;
+    let store = &app.ctx.store;
+    // Placed in this order, in one list: two that live an hour, then one
+    // placed with a shorter life (a replica whose SESSION_TTL_SECS was
+    // lowered, or whose clock is behind) that has already ended.
+    let ids = ids_of_one_group(&unique("behind"), 3);
+    store
+        .place(&ids[0], 0, now_ms() + 3_600_000, None, None)
+        .await
+        .unwrap();
+    store
+        .place(&ids[1], 0, now_ms() + 3_600_000, None, None)
+        .await
+        .unwrap();
+    store
+        .place(&ids[2], 0, now_ms() - 1, None, None)
+        .await
+        .unwrap();
+
+    let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
+    assert_eq!(report.unmapped, 1, "{report:?}");
+    assert_eq!(store.lookup(&ids[2]).await.unwrap(), None);
+    let mut listed = store.node_sessions(&nodes[0].address).await.unwrap();
+    listed.sort();
+    assert_eq!(listed, [ids[0].clone(), ids[1].clone()]);
+}
+
+/// Records a heartbeat, as a replica of an earlier release sends it (only
+/// in `replicas`), at now on Redis's clock.
+async fn heartbeat_of_an_earlier_release(
+    store: &nodes_control::store::SessionStore,
+    replica: &str,
+) {
+    let _: i64 = on_owner(
+        redis::cmd("EVAL")
+            .arg(
+                "local t = redis.call('TIME')
+                 return redis.call('ZADD', KEYS[1], t[1] * 1000 + math.floor(t[2] / 1000), ARGV[1])",
+            )
+            .arg(1)
+            .arg(store.key(&["replicas"]))
+            .arg(replica),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn while_a_replica_of_an_earlier_release_serves_new_sessions_go_where_it_reads_them() {
+    // Sessions of 3 s: the mark outlives the earlier replica by that much.
+    let app = common::spawn_app_with(common::short_lived_config(3)).await;
+    let nodes = start_nodes(&app, 1, false).await;
+    let store = &app.ctx.store;
+    let tag = unique("mixed");
+    let replica = format!("{tag}-earlier-replica");
+    heartbeat_of_an_earlier_release(store, &replica).await;
+    // This replica's next heartbeats (one a second) see it.
+    let mark = store.key(&["earlier_release"]);
+    let seen = async {
+        for _ in 0..50 {
+            let marked: bool = on_owner(redis::cmd("EXISTS").arg(&mark)).await;
+            if marked {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        false
+    };
+    assert!(seen.await, "the earlier replica was never seen");
+    let during = format!("{tag}-during");
+    store
+        .place(&during, 0, now_ms() + 60_000, None, None)
+        .await
+        .unwrap();
+    assert!(!keys(store.prefix(), "expiring:").await.is_empty());
+    assert_eq!(keys(store.prefix(), "due:").await, Vec::<String>::new());
+
+    // It stops (and leaves `replicas`, as it does on SIGTERM): a session's
+    // life later (3 s here), sessions go to the list again; not before.
+    let _: i64 = on_owner(
+        redis::cmd("ZREM")
+            .arg(store.key(&["replicas"]))
+            .arg(&replica),
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let marked: bool = on_owner(redis::cmd("EXISTS").arg(&mark)).await;
+    assert!(
+        marked,
+        "the mark must outlive the earlier replica by a session's life"
+    );
+    let _: i64 = on_owner(
+        redis::cmd("ZREM")
+            .arg(store.key(&["replicas"]))
+            .arg(&replica),
+    )
+    .await;
+    let mut after = None;
+    for i in 0..80 {
+        let marked: bool = on_owner(redis::cmd("EXISTS").arg(&mark)).await;
+        if !marked {
+            let id = format!("{tag}-after-{i}");
+            store
+                .place(&id, 0, now_ms() + 60_000, None, None)
+                .await
+                .unwrap();
+            after = Some(id);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let after = after.expect("the mark outlived the earlier replica by 8 s");
+    assert!(!keys(store.prefix(), "due:").await.is_empty());
+    // Both are the node's, each counted once, whichever index holds it.
+    let mut listed = store.node_sessions(&nodes[0].address).await.unwrap();
+    listed.sort();
+    let mut expected = vec![during.clone(), after.clone()];
+    expected.sort();
+    assert_eq!(listed, expected);
+    app.sweeper.sweep_once(now_ms()).await.unwrap();
+    assert_eq!(active_sessions(&app, &nodes[0].address).await, Some(2));
+}
+
+#[tokio::test]
+async fn the_sweep_loads_its_script_into_a_redis_that_lost_it() {
+    let app = spawn_app().await;
+    let _nodes = start_nodes(&app, 1, false).await;
+    let tag = unique("flushed");
+    for i in 0..5 {
+        app.ctx
+            .store
+            .place(&format!("{tag}-{i}"), 0, 1, None, None)
+            .await
+            .unwrap();
+    }
+    // As a Redis restarted from its data has no scripts. (Other tests'
+    // scripts reload themselves on their next call.)
+    for server in testkit::redis_servers() {
+        let client = redis::Client::open(server).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
+    assert_eq!(report.unmapped, 5, "{report:?}");
 }
