@@ -28,6 +28,19 @@ async fn redis_info(conn: &mut redis::aio::MultiplexedConnection, field: &str) -
         .unwrap_or(0)
 }
 
+/// Redis's CPU time so far (user and system), in seconds.
+async fn redis_cpu(conn: &mut redis::aio::MultiplexedConnection) -> f64 {
+    let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await.unwrap();
+    ["used_cpu_user:", "used_cpu_sys:"]
+        .iter()
+        .filter_map(|field| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        })
+        .sum()
+}
+
 #[tokio::main]
 async fn main() {
     if std::env::args().any(|a| a == "--list") {
@@ -120,10 +133,22 @@ async fn main() {
         as f64
         / idle_clock.elapsed().as_secs_f64();
 
+    let redis_cpu_before = redis_cpu(&mut conn).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     let commands_before = redis_info(&mut conn, "total_commands_processed").await;
     let started = Instant::now();
     let report = sweeper.sweep_once(nodes_control_now()).await.unwrap();
     let wall = started.elapsed();
+    let redis_cpu_ms = (redis_cpu(&mut conn).await - redis_cpu_before) * 1000.0;
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     let commands = redis_info(&mut conn, "total_commands_processed").await - commands_before - 1;
     let background = (idle_rate * wall.as_secs_f64()).round() as i64;
 
@@ -135,6 +160,25 @@ async fn main() {
         "  redis commands       {} (total {commands}, minus ~{background} from background polls)",
         commands - background
     );
+    println!("  redis CPU            {redis_cpu_ms:.1} ms (the sweep's and the background's)");
+    // The commands that took most of Redis's time (a script's own calls
+    // are counted in it and again under their names).
+    let mut busiest: Vec<(String, f64, u64)> = stats
+        .lines()
+        .filter_map(|line| {
+            let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let field = |key: &str| {
+                fields
+                    .split(',')
+                    .find_map(|f| f.strip_prefix(key)?.parse::<f64>().ok())
+            };
+            Some((name.to_owned(), field("usec=")? / 1000.0, field("calls=")? as u64))
+        })
+        .collect();
+    busiest.sort_by(|a, b| b.1.total_cmp(&a.1));
+    for (name, ms, calls) in busiest.iter().take(6) {
+        println!("    {name:<20} {ms:>7.1} ms in {calls} calls");
+    }
     println!(
         "  redis memory/session {} bytes ({} sessions, {:.1} MiB)",
         (memory_after - memory_before) / (live + expired) as i64,

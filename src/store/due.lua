@@ -4,8 +4,8 @@
 -- The list holds the group's sessions on the node in the order they were
 -- placed. Sessions live a fixed time from their placement, so they end in
 -- about that order too: the walk stops after ARGV[5] sessions that are
--- still live (a few out of order, from clocks that differ by a little
--- between replicas, are still found behind them). It reads each entry's
+-- still live (one that ended behind them, placed by a replica whose clock
+-- is behind, is found when they end, late by the clocks' difference). It reads each entry's
 -- mapping for its end, so its cost is that of the sessions that ended,
 -- not of the whole list.
 --

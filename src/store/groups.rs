@@ -31,10 +31,12 @@ const MAX_DUE_PER_GROUP: isize = 4_096;
 /// returns: they are dropped as found, so a later walk does not read them.
 const MAX_STRAYS_PER_WALK: isize = 1_024;
 
-/// How many live sessions end a walk of a list (due.lua): enough to find
-/// the few that a replica with a slightly different clock placed out of
-/// order, few enough that a walk costs what ended.
-const LOOKAHEAD: usize = 32;
+/// How many live sessions end a walk of a list (due.lua). A session that
+/// ended behind a live one (placed by a replica whose clock is behind, or
+/// with a shorter TTL) is swept when that one ends anyway, late by the
+/// clocks' difference: a few more find the small inversions at once,
+/// while a list with nothing due costs a walk this many reads.
+const LOOKAHEAD: usize = 4;
 
 /// The four hex digits that name a session's mapping bucket: the first
 /// four of SHA-1(id), as `prelude.lua` computes them. 65,536 buckets keep
