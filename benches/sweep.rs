@@ -30,7 +30,11 @@ async fn redis_info(conn: &mut redis::aio::MultiplexedConnection, field: &str) -
 
 /// Redis's CPU time so far (user and system), in seconds.
 async fn redis_cpu(conn: &mut redis::aio::MultiplexedConnection) -> f64 {
-    let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(conn)
+        .await
+        .unwrap();
     ["used_cpu_user:", "used_cpu_sys:"]
         .iter()
         .filter_map(|field| {
@@ -172,7 +176,11 @@ async fn main() {
                     .split(',')
                     .find_map(|f| f.strip_prefix(key)?.parse::<f64>().ok())
             };
-            Some((name.to_owned(), field("usec=")? / 1000.0, field("calls=")? as u64))
+            Some((
+                name.to_owned(),
+                field("usec=")? / 1000.0,
+                field("calls=")? as u64,
+            ))
         })
         .collect();
     busiest.sort_by(|a, b| b.1.total_cmp(&a.1));
