@@ -3,7 +3,7 @@
 -- entry is dropped only while no mapping of its id to the node stands, so
 -- this needs no lock. The first entry of the id from the list's head goes,
 -- where the walk found it.
--- KEYS: the node's lists in the groups of the ids and the ids' buckets
+-- KEYS: the node's indexes in the groups of the ids and the ids' buckets
 -- (one group per call on a cluster, every group at once on one Redis).
 -- ARGV: key prefix, the node's number, the ids.
 -- Returns how many entries were dropped.

@@ -147,6 +147,32 @@ impl SessionStore {
         Ok(unmapped)
     }
 
+    /// Declares, for a script over sessions of node `number` (a cluster
+    /// needs every key a script touches named): each id's bucket and the
+    /// node's two indexes in its group, each key once.
+    fn declare_session_keys<'a>(
+        &self,
+        invocation: &mut redis::ScriptInvocation<'_>,
+        number: u64,
+        ids: impl Iterator<Item = &'a str>,
+    ) {
+        let mut keys: Vec<String> = ids
+            .flat_map(|id| {
+                let bucket = mapping_bucket(id);
+                [
+                    self.index_key(&bucket[..2], number),
+                    self.earlier_index_key(&bucket[..2], number),
+                    self.group_key(&bucket[..2], &["mappings", &bucket]),
+                ]
+            })
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        for key in keys {
+            invocation.key(key);
+        }
+    }
+
     /// Drops the entries of `ids` from node `number`'s lists where no
     /// mapping of the id to the node stands (drop_strays.lua checks each
     /// again): one call per group on a cluster, all at once; one call on a
@@ -159,21 +185,7 @@ impl SessionStore {
         };
         let calls = calls.into_values().map(|ids| {
             let mut invocation = self.scripts.drop_strays.prepare_invoke();
-            let mut keys: Vec<String> = ids
-                .iter()
-                .flat_map(|id| {
-                    let bucket = mapping_bucket(id);
-                    [
-                        self.index_key(&bucket[..2], number),
-                        self.group_key(&bucket[..2], &["mappings", &bucket]),
-                    ]
-                })
-                .collect();
-            keys.sort_unstable();
-            keys.dedup();
-            for key in keys {
-                invocation.key(key);
-            }
+            self.declare_session_keys(&mut invocation, number, ids.iter().map(|id| id.as_str()));
             invocation.arg(self.prefix.as_ref()).arg(number);
             for id in &ids {
                 invocation.arg(id.as_str());
@@ -239,21 +251,7 @@ impl SessionStore {
                     .map(|id| id.as_str())
                     .chain(rebased.iter().map(|(id, _)| id.as_str()))
             };
-            let mut keys: Vec<String> = ids()
-                .flat_map(|id| {
-                    let bucket = mapping_bucket(id);
-                    [
-                        self.index_key(&bucket[..2], number),
-                        self.earlier_index_key(&bucket[..2], number),
-                        self.group_key(&bucket[..2], &["mappings", &bucket]),
-                    ]
-                })
-                .collect();
-            keys.sort_unstable();
-            keys.dedup();
-            for key in keys {
-                invocation.key(key);
-            }
+            self.declare_session_keys(&mut invocation, number, ids());
             invocation
                 .arg(guard.as_str())
                 .arg(token.as_str())
