@@ -12,8 +12,9 @@
 -- KEYS[1] the session's bucket, KEYS[2] the group's epoch, KEYS[3] the
 -- chosen node's index in the group, KEYS[4] and KEYS[5] the stale node's
 -- index and the zset index an earlier release kept for it (any key of the
--- group when there is none; the list is declared, not written: see
--- `leave_failed_node`), KEYS[6] the chosen node's zset index.
+-- group when there is none; the list is written only when the session is
+-- placed anew on that very node, see `leave_failed_node`), KEYS[6] the
+-- chosen node's zset index.
 -- ARGV: group prefix, id, number, base, expires_at_ms, stale number (''),
 -- '1' while a replica of an earlier release serves (reserve.lua saw it):
 -- the session is indexed in the zset that release reads, not the list.

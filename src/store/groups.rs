@@ -1,7 +1,7 @@
 //! The session groups (see the layout in the module above): 256 hash
 //! slots that hold every session's mapping, its node's index entry, and
-//! so each node's exact count of sessions, which is the size of its
-//! indexes. A node's sessions are the union of its 256 indexes: the sweep,
+//! so each node's count of sessions, which is the size of its indexes
+//! (exact but for strays, until they are dropped: design.md, Indexes). A node's sessions are the union of its 256 indexes: the sweep,
 //! the removal and the failover walk them, every group at once (a cluster
 //! serves them from all its primaries in parallel).
 //!
@@ -84,8 +84,9 @@ impl SessionStore {
     }
 
     /// The index an earlier release kept for node `number` in `group`, a
-    /// zset of its sessions by their end: read and emptied, never written
-    /// (its sessions end within a session's life after the upgrade).
+    /// zset of its sessions by their end: read and emptied beside the list,
+    /// written only while a replica of that release serves (and a session's
+    /// life after: store/fences.rs, heartbeat).
     pub(super) fn earlier_index_key(&self, group: &str, number: u64) -> String {
         self.group_key(group, &["expiring", &number.to_string()])
     }

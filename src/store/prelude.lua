@@ -5,7 +5,8 @@
 -- The bucket a session's mapping lives in and its node's two indexes in
 -- the session's group (`P{s:gg}`, gg the first two hex digits of
 -- SHA-1(id)): the list this release appends to (`due:n`) and the zset an
--- earlier release wrote (`expiring:n`, read and emptied, never written).
+-- earlier release wrote (`expiring:n`, read and emptied beside the list,
+-- written only while `earlier_release` is set: `index_new_session`).
 -- The bucket is named by the first four digits (`mapping_bucket` in
 -- groups.rs agrees, and the caller declares the same keys).
 local function session_keys(prefix, id, number)
@@ -20,7 +21,8 @@ end
 -- the node's list it stays, a stray, since finding it there would read
 -- the list up to it on every such press, all at once when a busy node
 -- fails. The failover's unmapping, which walks the node's lists in order,
--- drops it (unmap.lua); a sweep's walk that reaches it does too.
+-- drops it (unmap.lua); so does drop_strays.lua after a sweep's walk
+-- (due.lua) reaches it.
 local function leave_failed_node(expiring, id)
   redis.call('ZREM', expiring, id)
 end
@@ -40,8 +42,9 @@ end
 -- its key prefix): at the tail of the node's list; or, while a replica of
 -- an earlier release serves (`earlier`), in the zset that release reads,
 -- by the session's end, so that its cleans and sweeps see the session.
--- Either way a session is in one index only, and the two sizes add up to
--- the group's count of the node.
+-- Either way a session is in one index only (but for a session an
+-- earlier replica places anew on the node it was listed on), and the two
+-- sizes add up to the group's count of the node, strays aside.
 local function index_new_session(group, number, id, expires_at, earlier)
   if earlier then
     redis.call('ZADD', group .. 'expiring:' .. number, expires_at, id)

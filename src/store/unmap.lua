@@ -24,9 +24,10 @@ for i = 6, 5 + n do
     unmapped[#unmapped + 1] = id
     drop_index_entry(due, expiring, id)
   elseif redis.call('ZREM', expiring, id) == 0 and redis.call('LPOS', due, id, 'MAXLEN', 64) then
-    -- Gone already, its entry left by an earlier release: dropped where
-    -- it is cheap to find (a repeated clean must not scan whole lists);
-    -- the sweep drops the rest as they come due (due.lua).
+    -- Not the node's: a stray (left by a placement that moved the session
+    -- off the node when it failed, or by an earlier release), dropped
+    -- where it is cheap to find (a repeated clean must not scan whole
+    -- lists); drop_strays.lua drops the rest after a sweep's walk.
     redis.call('LREM', due, 1, id)
   end
 end
