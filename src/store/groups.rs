@@ -1,8 +1,9 @@
 //! The session groups (see the layout in the module above): 256 hash
 //! slots that hold every session's mapping, its node's index entry, and
 //! so each node's count of sessions, which is the size of its indexes
-//! (exact but for strays, until they are dropped: design.md, Indexes). A node's sessions are the union of its 256 indexes: the sweep,
-//! the removal and the failover walk them, every group at once (a cluster
+//! (exact but for strays, until they are dropped: design.md, Indexes).
+//! A node's sessions are the union of its 256 indexes: the sweep, the
+//! removal and the failover walk them, every group at once (a cluster
 //! serves them from all its primaries in parallel).
 //!
 //! Amnesia is per group as well: each group carries the registry's epoch,
@@ -28,7 +29,8 @@ pub const GROUPS: usize = 256;
 const MAX_DUE_PER_GROUP: isize = 4_096;
 
 /// Entries without their mapping a walk reads past, besides the ones it
-/// returns: they are dropped as found, so a later walk does not read them.
+/// returns: it hands them to drop_strays.lua, so a later walk does not
+/// read them again.
 const MAX_STRAYS_PER_WALK: isize = 1_024;
 
 /// How many live sessions end a walk of a list (due.lua). A session that
