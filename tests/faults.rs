@@ -780,10 +780,17 @@ async fn redis_restarted_on_an_older_snapshot_is_rebuilt_without_resetting_a_ses
     );
 }
 
-/// The previous release's balancer, built from this repository's history
-/// (scripts/previous-release.sh; CI builds it before the tests).
-fn previous_release() -> std::path::PathBuf {
+/// The release that kept zset indexes and sent no fencing epochs.
+const RELEASE_OF_ZSETS: &str = "74443a32eb077d0cde285960a3d3cff9b348a275";
+/// The release before this one: lists of plain ids.
+const RELEASE_OF_PLAIN_LISTS: &str = "674abdff907f100414631036398b241290cdfeca";
+
+/// The balancer of `commit`, an earlier release, built from this
+/// repository's history (scripts/previous-release.sh; CI builds both
+/// before the tests).
+fn previous_release(commit: &str) -> std::path::PathBuf {
     let out = std::process::Command::new("bash")
+        .env("PREVIOUS_RELEASE", commit)
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/scripts/previous-release.sh"
@@ -803,7 +810,17 @@ fn previous_release() -> std::path::PathBuf {
 /// answer must be exact: the truth, through every mix of releases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_upgraded_one_by_one_under_load_lose_no_click() {
-    let previous = previous_release();
+    rolling_upgrade(previous_release(RELEASE_OF_ZSETS)).await;
+}
+
+/// The same from the release before, whose lists hold plain ids: while one
+/// of its replicas serves, this release appends plain ids too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_of_the_release_before_upgraded_one_by_one_under_load_lose_no_click() {
+    rolling_upgrade(previous_release(RELEASE_OF_PLAIN_LISTS)).await;
+}
+
+async fn rolling_upgrade(previous: std::path::PathBuf) {
     let _turn = ONE_AT_A_TIME.lock().await;
     let prefix = format!("{}:", unique("upgrade"));
     let env = [

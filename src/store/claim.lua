@@ -16,8 +16,8 @@
 -- placed anew on that very node, see `leave_failed_node`), KEYS[6] the
 -- chosen node's zset index.
 -- ARGV: group prefix, id, number, base, expires_at_ms, stale number (''),
--- '1' while a replica of an earlier release serves (reserve.lua saw it):
--- the session is indexed in the zset that release reads, not the list.
+-- how the session is indexed (`index_mode`, which reserve.lua read: '0' a
+-- dated entry in the list, '1' the zset, '2' a plain id in the list).
 -- Returns {1, number, base, exp, replaced} when created (replaced: 1 if a
 -- mapping to the stale node was dropped), {0, number, base, exp, 0} for
 -- the mapping that stood, {-1} while the group is not complete (its
@@ -37,7 +37,7 @@ if current then
     if number == ARGV[3] then
       -- Placed anew on the node it was on: its old entry goes (else the
       -- list would count the session twice).
-      drop_index_entry(KEYS[4], KEYS[5], id)
+      drop_index_entry(KEYS[4], KEYS[5], id, exp)
     else
       leave_failed_node(KEYS[5], id)
     end
@@ -48,7 +48,9 @@ end
 redis.call('HSET', KEYS[1], id, ARGV[3] .. ':' .. ARGV[4] .. ':' .. ARGV[5])
 if ARGV[7] == '1' then
   redis.call('ZADD', KEYS[6], ARGV[5], id)
-else
+elseif ARGV[7] == '2' then
   redis.call('RPUSH', KEYS[3], id)
+else
+  redis.call('RPUSH', KEYS[3], dated_entry(id, ARGV[5]))
 end
 return {1, tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), replaced}

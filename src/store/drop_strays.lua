@@ -1,20 +1,31 @@
--- Drops index entries that the sweep's walk (due.lua) found without a
--- mapping to their node: each is checked again here, atomically, and an
--- entry is dropped only while no mapping of its id to the node stands, so
--- this needs no lock. The first entry of the id from the list's head goes,
--- where the walk found it.
+-- Drops index entries that the sweep found without a mapping to their
+-- node (due.lua, for a plain id; groups.rs, for a dated entry whose end
+-- has passed): each is checked again here, atomically, and an entry is
+-- dropped only while no mapping of its id to the node stands (for a dated
+-- entry, none that ends when it says), so this needs no lock. The first
+-- such entry from the list's head goes. A dated one is looked for only as
+-- far as where the walk saw it (entries leave the list, none is put before
+-- another, so it can only have come nearer the head): one that another
+-- replica's clean took meanwhile costs that much to miss, not the list.
 -- KEYS: the node's indexes in the groups of the ids and the ids' buckets
 -- (one group per call on a cluster, every group at once on one Redis).
--- ARGV: key prefix, the node's number, the ids.
+-- ARGV: key prefix, the node's number, then per entry: the entry and how
+-- far from the head the walk saw it (0: not known, the whole list).
 -- Returns how many entries were dropped.
 local prefix, number = ARGV[1], ARGV[2]
 local dropped = 0
-for i = 3, #ARGV do
-  local id = ARGV[i]
+for i = 3, #ARGV, 2 do
+  local entry, seen_at = ARGV[i], tonumber(ARGV[i + 1])
+  local id, ends = parse_entry(entry)
   local bucket, due = session_keys(prefix, id, number)
   local value = redis.call('HGET', bucket, id)
-  if not (value and unpack_mapping(value) == number) then
-    dropped = dropped + redis.call('LREM', due, 1, id)
+  local on, _, exp
+  if value then
+    on, _, exp = unpack_mapping(value)
+  end
+  local stray = on ~= number or (ends ~= nil and tonumber(exp) ~= ends)
+  if stray and (seen_at == 0 or redis.call('LPOS', due, entry, 'MAXLEN', seen_at)) then
+    dropped = dropped + redis.call('LREM', due, 1, entry)
   end
 end
 return dropped

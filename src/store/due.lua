@@ -5,51 +5,67 @@
 -- placed. Sessions live a fixed time from their placement, so they end in
 -- about that order too: the walk stops after ARGV[5] sessions that are
 -- still live (one that ended behind them, placed by a replica whose clock
--- is behind, is found when they end, late by the clocks' difference). It reads each entry's
--- mapping for its end, so its cost is that of the sessions that ended,
--- not of the whole list.
+-- is behind, is found when they end, late by the clocks' difference).
 --
--- An entry whose mapping is gone or on another node is a stray (left by
--- an earlier release, which ended sessions without touching the list, or
--- by a placement that moved a session off a failed node): it is returned
--- apart, for drop_strays.lua, which checks each again with its keys
--- declared (a read here of a bucket that a cluster is moving can miss).
+-- An entry carries its session's end (`{end}\t{id}`, prelude.lua), so
+-- the walk reads the list and nothing else; those it returns are checked
+-- against their mappings by the caller (groups.rs), which drops the strays
+-- among them. A plain id (appended by the release before, or while one of
+-- its replicas serves) has its mapping read here for its end: one whose
+-- mapping is gone or on another node is a stray, returned apart, for
+-- drop_strays.lua, which checks each again with its keys declared (a read
+-- here of a bucket that a cluster is moving can miss).
 --
 -- KEYS[1] the node's list in the group. ARGV: the group's key prefix
 -- (`P{s:gg}`), the node's number, the end (ms), the most to return, how
 -- many live sessions end the walk, the most entries to read.
--- Returns {{id, expires_at_ms, id, expires_at_ms, ...}, {stray id, ...}}.
+-- Returns {{id, expires_at_ms, ...} from dated entries (to be checked),
+-- {id, expires_at_ms, ...} from plain ids (checked), {stray id, ...}}.
 local list, group, number = KEYS[1], ARGV[1], ARGV[2]
 local by, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
 local lookahead, most = tonumber(ARGV[5]), tonumber(ARGV[6])
-local ended, strays, seen = {}, {}, {}
-local live, read = 0, 0
-local chunk = 64
-while #ended < 2 * limit and live < lookahead and read < most do
-  local ids = redis.call('LRANGE', list, read, read + chunk - 1)
-  for _, id in ipairs(ids) do
+local dated, checked, strays, seen = {}, {}, {}, {}
+local live, read, found = 0, 0, 0
+local chunk = 32
+while found < limit and live < lookahead and read < most do
+  local entries = redis.call('LRANGE', list, read, read + chunk - 1)
+  for _, entry in ipairs(entries) do
     read = read + 1
-    local bucket = group .. 'mappings:' .. string.sub(redis.sha1hex(id), 1, 4)
-    local value = redis.call('HGET', bucket, id)
-    local on, exp
-    if value then
-      on, exp = string.match(value, '^(%d+):%-?%d+:(%-?%d+)$')
+    local ends, id = string.match(entry, '^(%-?%d+)\t(.*)$')
+    if ends then
+      if tonumber(ends) > by then
+        live = live + 1
+      elseif not seen[id] then
+        seen[id] = true
+        found = found + 1
+        dated[#dated + 1] = id
+        dated[#dated + 1] = ends
+      end
+    else
+      id = entry
+      local bucket = group .. 'mappings:' .. string.sub(redis.sha1hex(id), 1, 4)
+      local value = redis.call('HGET', bucket, id)
+      local on, exp
+      if value then
+        on, exp = string.match(value, '^(%d+):%-?%d+:(%-?%d+)$')
+      end
+      if on ~= number then
+        strays[#strays + 1] = id
+      elseif tonumber(exp) > by then
+        live = live + 1
+      elseif not seen[id] then
+        seen[id] = true
+        found = found + 1
+        checked[#checked + 1] = id
+        checked[#checked + 1] = exp
+      end
     end
-    if on ~= number then
-      strays[#strays + 1] = id
-    elseif tonumber(exp) > by then
-      live = live + 1
-    elseif not seen[id] then
-      seen[id] = true
-      ended[#ended + 1] = id
-      ended[#ended + 1] = exp
-    end
-    if #ended >= 2 * limit or live >= lookahead or read >= most then
+    if found >= limit or live >= lookahead or read >= most then
       break
     end
   end
-  if #ids < chunk then
+  if #entries < chunk then
     break
   end
 end
-return {ended, strays}
+return {dated, checked, strays}

@@ -204,14 +204,18 @@ impl SessionStore {
     /// fence stopped waiting for them long before). `replicas_fencing`
     /// holds the same heartbeats of the replicas that send fencing epochs
     /// to the nodes that enforce them: a clean of such a node waits for
-    /// them only briefly ([`Self::replicas_to_wait_for`]). `replicas_listing`
-    /// holds those of the replicas that index sessions in lists (this
-    /// release on). A replica of an earlier release is only in `replicas`
-    /// (and perhaps `replicas_fencing`): while one is there at all (its
-    /// heartbeat is judged by no clock: an earlier release wrote it on its
-    /// own), and for `earlier_mark` after, the heartbeat keeps
-    /// `earlier_release` set, and new sessions are indexed the way such a
-    /// replica reads them (docs/design.md, "An earlier release").
+    /// them only briefly ([`Self::replicas_to_wait_for`]).
+    ///
+    /// Two more say how a replica indexes sessions: `replicas_listing`
+    /// holds the replicas that index them in lists, `replicas_dated` those
+    /// whose list entries carry the session's end (this release on). A
+    /// replica missing from one is of an earlier release: while one is
+    /// registered at all (its heartbeat is judged by no clock: an earlier
+    /// release wrote it on its own), and for `earlier_mark` after, the
+    /// heartbeat keeps `earlier_release` (not listing: zsets) or
+    /// `plain_entries` (not dated: lists of plain ids) set, and new
+    /// sessions are indexed the way such a replica reads them
+    /// (docs/design.md, "An earlier release").
     pub async fn heartbeat(
         &self,
         replica: &str,
@@ -219,13 +223,21 @@ impl SessionStore {
     ) -> StoreResult<()> {
         redis::Script::new(&format!(
             "{REDIS_NOW}
-             for i = 1, 3 do
+             for i = 1, 4 do
                redis.call('ZADD', KEYS[i], now, ARGV[1])
                redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - 3600000)
              end
+             local zsets, plain = false, false
              for _, heard in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-               if not redis.call('ZSCORE', KEYS[3], heard) then
-                 redis.call('SET', KEYS[4], heard, 'PX', ARGV[2])
+               if not zsets and not redis.call('ZSCORE', KEYS[3], heard) then
+                 redis.call('SET', KEYS[5], heard, 'PX', ARGV[2])
+                 zsets = true
+               end
+               if not plain and not redis.call('ZSCORE', KEYS[4], heard) then
+                 redis.call('SET', KEYS[6], heard, 'PX', ARGV[2])
+                 plain = true
+               end
+               if zsets and plain then
                  break
                end
              end
@@ -234,7 +246,9 @@ impl SessionStore {
         .key(self.key(&["replicas"]))
         .key(self.key(&["replicas_fencing"]))
         .key(self.key(&["replicas_listing"]))
+        .key(self.key(&["replicas_dated"]))
         .key(self.key(&["earlier_release"]))
+        .key(self.key(&["plain_entries"]))
         .arg(replica)
         .arg(earlier_mark.as_millis().max(1) as i64)
         .invoke_async::<i64>(&mut self.conn())
@@ -248,6 +262,7 @@ impl SessionStore {
             .zrem(self.key(&["replicas"]), replica)
             .zrem(self.key(&["replicas_fencing"]), replica)
             .zrem(self.key(&["replicas_listing"]), replica)
+            .zrem(self.key(&["replicas_dated"]), replica)
             .query_async::<()>(&mut self.conn())
             .await
             .context("removing a replica from Redis")

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use redis::AsyncCommands;
 
 use super::routes::{owner, slot_of_tag, Primary};
+use super::walk::{ListWalk, Next, FIRST_CHUNK, LOOKAHEAD};
 use super::{Context, NodeRecord, SessionStore, StoreResult};
 
 /// How many groups sessions are spread over: enough to spread over the
@@ -26,19 +27,13 @@ pub const GROUPS: usize = 256;
 /// The most sessions one walk of a group's list returns (due.lua): a
 /// burst that ends more at once is swept over several sweeps, and no
 /// script holds Redis long.
-const MAX_DUE_PER_GROUP: isize = 4_096;
+const MAX_DUE_PER_GROUP: usize = 4_096;
 
 /// Entries without their mapping a walk reads past, besides the ones it
-/// returns: it hands them to drop_strays.lua, so a later walk does not
-/// read them again.
-const MAX_STRAYS_PER_WALK: isize = 1_024;
-
-/// How many live sessions end a walk of a list (due.lua). A session that
-/// ended behind a live one (placed by a replica whose clock is behind, or
-/// with a shorter TTL) is swept when that one ends anyway, late by the
-/// clocks' difference: a few more find the small inversions at once,
-/// while a list with nothing due costs a walk this many reads.
-const LOOKAHEAD: usize = 4;
+/// returns (plain ids, which due.lua checks; dated strays count among the
+/// ended until the caller checks them): drop_strays.lua drops them, so a
+/// later walk does not read them again.
+const MAX_STRAYS_PER_WALK: usize = 1_024;
 
 /// The four hex digits that name a session's mapping bucket: the first
 /// four of SHA-1(id), as `prelude.lua` computes them. 65,536 buckets keep
@@ -48,6 +43,33 @@ const LOOKAHEAD: usize = 4;
 pub(super) fn mapping_bucket(session_id: &str) -> String {
     let digest = sha1_smol::Sha1::from(session_id).digest().to_string();
     digest[..4].to_owned()
+}
+
+/// The session id of an entry of a node's list: a dated entry is
+/// `{end, ms}\t{id}` (prelude.lua), a plain one (appended by the release
+/// before) the id alone. Ids hold no tab.
+pub(super) fn entry_id(entry: &str) -> &str {
+    match entry.split_once('\t') {
+        Some((end, id)) if end.parse::<i64>().is_ok() => id,
+        _ => entry,
+    }
+}
+
+/// A dated list entry, as prelude.lua's `dated_entry` writes it.
+pub(super) fn dated_entry(id: &str, expires_at_ms: i64) -> String {
+    format!("{expires_at_ms}\t{id}")
+}
+
+/// A group's index (0 to 255) from its name (`00` to `ff`).
+fn group_index(group: &str) -> usize {
+    usize::from_str_radix(group, 16).unwrap_or(usize::MAX)
+}
+
+/// A reply of the sweep's reads, as `T`.
+fn from_value<T: redis::FromRedisValue>(value: redis::Value) -> StoreResult<T> {
+    redis::from_redis_value(value)
+        .map_err(redis::RedisError::from)
+        .context("reading a node's expiring sessions from Redis")
 }
 
 /// Every group's name, `00` to `ff`.
@@ -222,10 +244,13 @@ impl SessionStore {
     }
 
     /// The sessions on `address` whose life ends at or before `by_ms`, at
-    /// most `limit`, those ending first first: O(expired) per group
-    /// (due.lua walks each list from its head; an earlier release's zset is
-    /// read by score). Entries the walk found without their mapping are
-    /// dropped on the way (drop_strays.lua).
+    /// most `limit`, those ending first first: O(expired) per group. Each
+    /// list is read from its head in plain `LRANGE`s, every group at once
+    /// (walk.rs); a list holding plain ids of the release before is walked
+    /// by due.lua; an earlier release's zset is read by score. The ended
+    /// entries are checked against their mappings in one pipelined read,
+    /// and those without a mapping to the node that ends when they say
+    /// (strays) are dropped on the way (drop_strays.lua).
     pub async fn expiring(
         &self,
         address: &str,
@@ -235,28 +260,131 @@ impl SessionStore {
         let Some(number) = self.node_number(address).await? else {
             return Ok(Vec::new());
         };
-        let limit = limit.min(i64::MAX as usize) as isize;
         let per_group = limit.min(MAX_DUE_PER_GROUP);
-        let walk = |group: &str, pipe: &mut redis::Pipeline| {
-            pipe.cmd("EVALSHA")
-                .arg(self.scripts.due.get_hash())
-                .arg(1)
-                .arg(self.index_key(group, number))
-                .arg(self.group_prefix(group))
-                .arg(number)
-                .arg(by_ms)
-                .arg(per_group)
-                .arg(LOOKAHEAD)
-                .arg(per_group + MAX_STRAYS_PER_WALK);
-            pipe.zrangebyscore_limit_withscores(
-                self.earlier_index_key(group, number),
-                "-inf",
-                by_ms,
-                0,
-                per_group,
-            );
-        };
+        let most = per_group + MAX_STRAYS_PER_WALK;
         const CONTEXT: &str = "reading a node's expiring sessions from Redis";
+        let mut walks = vec![ListWalk::default(); GROUPS];
+        let mut due: Vec<(String, i64)> = Vec::new();
+        let mut dated: Vec<(String, i64, usize)> = Vec::new();
+        let mut strays: Vec<(String, usize)> = Vec::new();
+
+        // Every list's head, and the zset beside it.
+        let first: Vec<Vec<redis::Value>> = self
+            .query_groups(CONTEXT, |group, pipe| {
+                pipe.lrange(self.index_key(group, number), 0, FIRST_CHUNK as isize - 1);
+                pipe.zrangebyscore_limit_withscores(
+                    self.earlier_index_key(group, number),
+                    "-inf",
+                    by_ms,
+                    0,
+                    per_group as isize,
+                );
+            })
+            .await?;
+        for (walk, replies) in walks.iter_mut().zip(first) {
+            let mut replies = replies.into_iter();
+            if let Some(head) = replies.next() {
+                walk.take(from_value(head)?, FIRST_CHUNK, by_ms, per_group, most);
+            }
+            if let Some(earlier) = replies.next() {
+                let ended: Vec<(String, f64)> = from_value(earlier)?;
+                due.extend(ended.into_iter().map(|(id, end)| (id, end as i64)));
+            }
+        }
+        // Lists with more ended entries than their head held, read on.
+        loop {
+            let reads: HashMap<usize, (usize, usize)> = walks
+                .iter()
+                .enumerate()
+                .filter_map(|(i, walk)| match walk.next(most) {
+                    Some(Next::Read { start, stop }) => Some((i, (start, stop))),
+                    _ => None,
+                })
+                .collect();
+            if reads.is_empty() {
+                break;
+            }
+            let more: Vec<Vec<Vec<String>>> = self
+                .query_groups(CONTEXT, |group, pipe| {
+                    if let Some(&(start, stop)) = reads.get(&group_index(group)) {
+                        pipe.lrange(self.index_key(group, number), start as isize, stop as isize);
+                    }
+                })
+                .await?;
+            for (i, chunk) in more.into_iter().enumerate() {
+                if let (Some(&(start, stop)), Some(chunk)) =
+                    (reads.get(&i), chunk.into_iter().next())
+                {
+                    walks[i].take(chunk, stop + 1 - start, by_ms, per_group, most);
+                }
+            }
+        }
+        let plain: std::collections::HashSet<usize> =
+            (0..GROUPS).filter(|&i| walks[i].plain).collect();
+        for walk in walks.into_iter().filter(|walk| !walk.plain) {
+            dated.extend(walk.ended);
+        }
+        if !plain.is_empty() {
+            let (checked, unchecked, left) = self
+                .walk_plain_lists(number, by_ms, per_group, &plain)
+                .await?;
+            due.extend(checked);
+            dated.extend(unchecked.into_iter().map(|(id, end)| (id, end, 0)));
+            strays.extend(left.into_iter().map(|id| (id, 0)));
+        }
+        // A dated entry is the node's while its mapping names the node and
+        // the same end. Any other is a stray: its session moved off the node
+        // when it failed, an earlier release ended it, or another replica's
+        // clean took it (and its entry) since the walk.
+        let ids: Vec<String> = dated.iter().map(|(id, _, _)| id.clone()).collect();
+        let placements = self.placements_of(&ids).await?;
+        for ((id, end, seen_at), placed) in dated.into_iter().zip(placements) {
+            match placed {
+                Some((node, exp)) if node == address && exp == end => due.push((id, end)),
+                _ => strays.push((dated_entry(&id, end), seen_at)),
+            }
+        }
+        if !strays.is_empty() {
+            // Best effort: an entry left now is dropped by the next walk
+            // (while a cluster moves a slot, its keys may be out of reach).
+            if let Err(error) = self.drop_strays(number, &strays).await {
+                tracing::warn!(%error, strays = strays.len(), "index entries without a mapping not dropped");
+            }
+        }
+        due.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+        let mut seen = std::collections::HashSet::new();
+        due.retain(|(id, _)| seen.insert(id.clone()));
+        due.truncate(limit);
+        Ok(due.into_iter().map(|(id, _)| id).collect())
+    }
+
+    /// due.lua over the lists of `groups` (indexes), which hold plain ids
+    /// of the release before: (ended sessions checked against their
+    /// mappings, ended dated entries to be checked, strays). Loads the
+    /// script where Redis lost it.
+    #[allow(clippy::type_complexity)]
+    async fn walk_plain_lists(
+        &self,
+        number: u64,
+        by_ms: i64,
+        per_group: usize,
+        groups: &std::collections::HashSet<usize>,
+    ) -> StoreResult<(Vec<(String, i64)>, Vec<(String, i64)>, Vec<String>)> {
+        const CONTEXT: &str = "walking a node's lists of plain ids in Redis";
+        let walk = |group: &str, pipe: &mut redis::Pipeline| {
+            if groups.contains(&group_index(group)) {
+                pipe.cmd("EVALSHA")
+                    .arg(self.scripts.due.get_hash())
+                    .arg(1)
+                    .arg(self.index_key(group, number))
+                    .arg(self.group_prefix(group))
+                    .arg(number)
+                    .arg(by_ms)
+                    .arg(per_group)
+                    .arg(LOOKAHEAD)
+                    .arg(per_group + MAX_STRAYS_PER_WALK);
+            }
+        };
         let mut found: Vec<Vec<redis::Value>> = Vec::new();
         for attempt in 0..2 {
             let replies = self.query_groups(CONTEXT, walk).await;
@@ -279,45 +407,29 @@ impl SessionStore {
                 .await
                 .context("loading the sweep's script into Redis")?;
         }
-        let mut due: Vec<(String, f64)> = Vec::new();
-        let mut strays: Vec<String> = Vec::new();
-        for replies in found {
-            let mut replies = replies.into_iter();
-            let (walked, earlier) = (replies.next(), replies.next());
-            if let Some(walked) = walked {
-                let (ended, left): (Vec<(String, f64)>, Vec<String>) =
-                    redis::from_redis_value(walked)
-                        .map_err(redis::RedisError::from)
-                        .context(CONTEXT)?;
-                due.extend(ended);
-                strays.extend(left);
-            }
-            if let Some(earlier) = earlier {
-                let ended: Vec<(String, f64)> = redis::from_redis_value(earlier)
-                    .map_err(redis::RedisError::from)
-                    .context(CONTEXT)?;
-                due.extend(ended);
-            }
+        let (mut checked, mut unchecked, mut strays) = (Vec::new(), Vec::new(), Vec::new());
+        for walked in found.into_iter().flatten() {
+            type Walked = (Vec<(String, i64)>, Vec<(String, i64)>, Vec<String>);
+            let (dated, plain, left): Walked = from_value(walked)?;
+            unchecked.extend(dated);
+            checked.extend(plain);
+            strays.extend(left);
         }
-        if !strays.is_empty() {
-            // Best effort: an entry left now is dropped by the next walk
-            // (while a cluster moves a slot, its keys may be out of reach).
-            if let Err(error) = self.drop_strays(number, &strays).await {
-                tracing::warn!(%error, strays = strays.len(), "index entries without a mapping not dropped");
-            }
-        }
-        due.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
-        let mut seen = std::collections::HashSet::new();
-        due.retain(|(id, _)| seen.insert(id.clone()));
-        due.truncate(limit as usize);
-        Ok(due.into_iter().map(|(id, _)| id).collect())
+        Ok((checked, unchecked, strays))
     }
 
     /// Every session mapped to a node. O(sessions of the node): its index
     /// entries, each checked against its mapping (an entry left behind, a
     /// stray, names a session that lives elsewhere now or nowhere).
     pub async fn node_sessions(&self, address: &str) -> StoreResult<Vec<String>> {
-        let entries = self.index_entries(address).await?;
+        let mut seen = std::collections::HashSet::new();
+        let entries: Vec<String> = self
+            .index_entries(address)
+            .await?
+            .iter()
+            .map(|entry| entry_id(entry).to_owned())
+            .filter(|id| seen.insert(id.clone()))
+            .collect();
         if entries.is_empty() {
             return Ok(entries);
         }
@@ -330,8 +442,10 @@ impl SessionStore {
             .collect())
     }
 
-    /// Every id in a node's indexes, strays included, in the lists' order
-    /// (each list from its head). O(sessions of the node).
+    /// Every entry of a node's indexes as Redis holds it (a dated entry,
+    /// a plain id, an id of an earlier release's zset), strays included,
+    /// in the lists' order (each list from its head). O(sessions of the
+    /// node).
     pub(super) async fn index_entries(&self, address: &str) -> StoreResult<Vec<String>> {
         let Some(number) = self.node_number(address).await? else {
             return Ok(Vec::new());
@@ -347,7 +461,7 @@ impl SessionStore {
             .into_iter()
             .flatten()
             .flatten()
-            .filter(|id| seen.insert(id.clone()))
+            .filter(|entry| seen.insert(entry.clone()))
             .collect())
     }
 

@@ -21,6 +21,7 @@
 //! | `P{ctl}fences`, `fence_seq`, `fence_acks:{addr}:{seq}`, `replicas`, `journal:{addr}` | | the clean fence, see [`fences`] |
 //! | `P{ctl}events` | pub/sub channel | wakes replicas when a fence is raised, lowered or acknowledged |
 //! | `P{ctl}replicas_listing`, `P{ctl}earlier_release` | zset, string | heartbeats of the replicas that index sessions in lists; set for `SESSION_TTL_SECS`, renewed by each heartbeat of this release while a replica of an earlier release (in `replicas` only) is registered: new sessions are then indexed in the zsets it reads (see `groups`) |
+//! | `P{ctl}replicas_dated`, `P{ctl}plain_entries` | zset, string | heartbeats of the replicas whose list entries carry the session's end; set like `earlier_release` while a replica of the release before (in `replicas_listing`, not here) is registered: new sessions are then appended as plain ids, which it reads |
 //! | `P{ctl}registry` | string | the registry's epoch: written once the registry and every group are complete; missing means Redis forgot (design.md, amnesia) |
 //!
 //! **Session groups** (`P{s:gg}`, `gg` the first two hex digits of
@@ -30,7 +31,7 @@
 //! | key | type | holds |
 //! |---|---|---|
 //! | `P{s:gg}mappings:{gghh}` | hash | session id -> `{node number}:{base}:{expires at, ms}`; 256 buckets a group by the next two hex digits (small listpacks, not a key per session) |
-//! | `P{s:gg}due:{number}` | list | the group's sessions on node `number`, in the order they were placed (so, give or take a clock's skew, of their end: sessions live a fixed time): the sweep's index, walked from the head (`due.lua`); exact (an entry leaves with its mapping), and its length the group's count of the node (exact but for strays, entries whose session left: design.md, Indexes). A list of ids packs into compact nodes at any length, where a zset past 128 entries costs a skiplist node and a dict entry per session |
+//! | `P{s:gg}due:{number}` | list | the group's sessions on node `number`, in the order they were placed (so, give or take a clock's skew, of their end: sessions live a fixed time): the sweep's index, each entry `{end, ms}\t{id}` (a plain id from the release before), walked from the head in plain `LRANGE`s (`walk`; `due.lua` for a list with plain ids); exact (an entry leaves with its mapping), and its length the group's count of the node (exact but for strays, entries whose session left: design.md, Indexes). A list packs into compact nodes at any length, where a zset past 128 entries costs a skiplist node and a dict entry per session |
 //! | `P{s:gg}expiring:{number}` | zset | the index of an earlier release (sessions by their end): read, counted and emptied beside the list, written only while `earlier_release` is set, so a rolling upgrade loses no session |
 //! | `P{s:gg}epoch` | string | the registry epoch the group belongs to: missing means this group's primary forgot |
 //!
@@ -47,6 +48,7 @@ mod routes;
 mod sessions;
 mod target;
 mod timed;
+mod walk;
 
 use std::collections::HashMap;
 use std::time::Duration;

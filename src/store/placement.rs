@@ -50,8 +50,9 @@ struct ReserveRequest {
 /// `place.lua`'s answer for one placement: `None` when no node is up.
 type PlaceAnswer = StoreResult<Option<Vec<i64>>>;
 /// `reserve.lua`'s: `None` when no node is up, else (node, number, the
-/// stale node's number or '', 1 while a replica of an earlier release
-/// serves).
+/// stale node's number or '', how the claim indexes the session: 0 as this
+/// release reads it, 1 or 2 while a replica of an earlier release serves,
+/// prelude.lua's `index_new_session`).
 type ReserveAnswer = StoreResult<Option<(String, i64, String, i64)>>;
 
 /// The batching tasks of one store, started on first use (on the runtime
@@ -159,7 +160,7 @@ impl SessionStore {
     }
 
     /// The control keys both placement scripts start with: placeable,
-    /// registry epoch, counts, node numbers, weights, and the mark of an
+    /// registry epoch, counts, node numbers, weights, and the marks of an
     /// earlier release's replica serving (store/fences.rs, heartbeat).
     fn placement_keys(&self, invocation: &mut redis::ScriptInvocation<'_>) {
         for key in [
@@ -169,6 +170,7 @@ impl SessionStore {
             "node_numbers",
             "weights",
             "earlier_release",
+            "plain_entries",
         ] {
             invocation.key(self.key(&[key]));
         }
@@ -216,12 +218,12 @@ impl SessionStore {
             })
             .await
             .unwrap_or_else(|| Err(gone()))?;
-        let (node, number, stale_number, earlier) = match reserved {
+        let (node, number, stale_number, mode) = match reserved {
             None => return Ok(Decided::NoNode),
             Some((_, -1, _, _)) => return Ok(Decided::NotReady),
             Some((_, -2, _, _)) => return Err(unnumbered_node()),
-            Some((node, number, stale, earlier)) => {
-                (node, number as u64, stale.parse::<u64>().ok(), earlier == 1)
+            Some((node, number, stale, mode)) => {
+                (node, number as u64, stale.parse::<u64>().ok(), mode)
             }
         };
         let stale_number = request.unknown.parse::<u64>().ok().or(stale_number);
@@ -252,7 +254,7 @@ impl SessionStore {
             .arg(request.base)
             .arg(request.expires_at_ms)
             .arg(stale_number.map(|n| n.to_string()).unwrap_or_default())
-            .arg(if earlier { "1" } else { "0" })
+            .arg(mode)
             .invoke_async(&mut self.conn())
             .await
             .context("creating a session mapping in Redis")?;

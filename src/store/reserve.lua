@@ -18,17 +18,18 @@
 --
 -- KEYS[1] placeable (up nodes by active sessions), KEYS[2] registry epoch,
 -- KEYS[3] counts, KEYS[4] node_numbers, KEYS[5] weights, KEYS[6]
--- earlier_release.  ARGV: two for each placement, its stale node and its
--- preferred node ('' for none).
+-- earlier_release, KEYS[7] plain_entries.  ARGV: two for each placement,
+-- its stale node and its preferred node ('' for none).
 -- Returns one answer per placement: {node, number, stale node's number or
--- '', 1 if a replica of an earlier release serves (the claim indexes the
--- session the way it reads them) else 0}, false when no node is up,
+-- '', how the claim indexes the session (`index_mode`: 0 dated in the
+-- list, 1 in the zset, 2 plain in the list, while a replica of an earlier
+-- release that reads them so serves)}, false when no node is up,
 -- {'', -1, '', 0} while the registry is not complete, {'', -2, '', 0} when
 -- the chosen node has no number (registered by an older release).
 local answers = {}
 local complete = redis.call('EXISTS', KEYS[2]) == 1
 local counter = batch_counter(KEYS[1], KEYS[3], KEYS[5], KEYS[4])
-local earlier = redis.call('EXISTS', KEYS[6])
+local mode = index_mode(KEYS[6], KEYS[7])
 for i = 1, #ARGV / 2 do
   local stale, preferred = ARGV[2 * i - 1], ARGV[2 * i]
   local node = complete and choose_node(KEYS[1], stale, preferred)
@@ -45,7 +46,7 @@ for i = 1, #ARGV / 2 do
     if stale ~= '' then
       stale_number = counter.number(stale) or ''
     end
-    answers[i] = {node, tonumber(number), stale_number, earlier}
+    answers[i] = {node, tonumber(number), stale_number, mode}
   end
 end
 counter.settle()

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::groups::{by_group, mapping_bucket};
+use super::groups::{by_group, entry_id, mapping_bucket};
 use super::lock::Lock;
 use super::{Context, SessionStore, StoreResult};
 
@@ -74,10 +74,11 @@ impl SessionStore {
         let Some(number) = self.node_number(address).await? else {
             return Ok(Vec::new());
         };
-        // Strays too, in list order: each is at its list's head when its
-        // turn comes, where unmap.lua drops it cheaply.
-        let ids = self.index_entries(address).await?;
-        let dropped = self.unmap_in_groups(lock, number, &ids, &[]).await?;
+        // Strays too, in list order, each named as its list holds it: at
+        // its list's head when its turn comes, where unmap.lua finds it
+        // without reading the list.
+        let entries = self.index_entries(address).await?;
+        let dropped = self.unmap_in_groups(lock, number, &entries, &[]).await?;
         self.set_counts(false, &[(address, 0, None)]).await?;
         Ok(dropped)
     }
@@ -173,22 +174,32 @@ impl SessionStore {
         }
     }
 
-    /// Drops the entries of `ids` from node `number`'s lists where no
-    /// mapping of the id to the node stands (drop_strays.lua checks each
-    /// again): one call per group on a cluster, all at once; one call on a
-    /// single Redis. Needs no lock.
-    pub(super) async fn drop_strays(&self, number: u64, ids: &[String]) -> StoreResult<()> {
+    /// Drops `entries` (plain ids or dated entries, each with how far from
+    /// its list's head the walk saw it, 0 if not known) from node
+    /// `number`'s lists where no mapping of their id to the node stands
+    /// (for a dated entry, none that ends when it says: drop_strays.lua
+    /// checks each again): one call per group on a cluster, all at once;
+    /// one call on a single Redis. Needs no lock.
+    pub(super) async fn drop_strays(
+        &self,
+        number: u64,
+        entries: &[(String, usize)],
+    ) -> StoreResult<()> {
         let calls = if self.cluster {
-            by_group(ids.iter(), |id| id.as_str())
+            by_group(entries.iter(), |(entry, _)| entry_id(entry))
         } else {
-            HashMap::from([(String::new(), ids.iter().collect())])
+            HashMap::from([(String::new(), entries.iter().collect())])
         };
-        let calls = calls.into_values().map(|ids| {
+        let calls = calls.into_values().map(|entries| {
             let mut invocation = self.scripts.drop_strays.prepare_invoke();
-            self.declare_session_keys(&mut invocation, number, ids.iter().map(|id| id.as_str()));
+            self.declare_session_keys(
+                &mut invocation,
+                number,
+                entries.iter().map(|(entry, _)| entry_id(entry)),
+            );
             invocation.arg(self.prefix.as_ref()).arg(number);
-            for id in &ids {
-                invocation.arg(id.as_str());
+            for (entry, seen_at) in &entries {
+                invocation.arg(entry.as_str()).arg(*seen_at);
             }
             async move {
                 invocation
@@ -203,7 +214,8 @@ impl SessionStore {
         Ok(())
     }
 
-    /// `unmap.lua` over the groups the ids fall in: one call per group on
+    /// `unmap.lua` over the groups the ids (or list entries, which name
+    /// their id) fall in: one call per group on
     /// a cluster (a script stays in one slot), all at once; one call for
     /// every group on a single Redis (one script instead of up to 256).
     ///
@@ -225,7 +237,7 @@ impl SessionStore {
         let mut parts: HashMap<String, Part> = HashMap::new();
         let call_of = |id: &str| {
             if self.cluster {
-                mapping_bucket(id)[..2].to_owned()
+                mapping_bucket(entry_id(id))[..2].to_owned()
             } else {
                 String::new()
             }
@@ -248,7 +260,7 @@ impl SessionStore {
             let ids = || {
                 leaving
                     .iter()
-                    .map(|id| id.as_str())
+                    .map(|entry| entry_id(entry))
                     .chain(rebased.iter().map(|(id, _)| id.as_str()))
             };
             self.declare_session_keys(&mut invocation, number, ids());

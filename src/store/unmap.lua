@@ -7,28 +7,40 @@
 -- KEYS: the node's indexes in those groups (its lists and an earlier
 -- release's zsets) and the buckets of the ids.
 -- ARGV: the node lock's key ('' on a cluster, where the caller checked it)
--- and its holder's token, key prefix, number, count of leaving ids L, L ids,
--- id/base pairs.
+-- and its holder's token, key prefix, number, count of leaving ids L, L ids
+-- (or list entries), id/base pairs.
 -- Returns the ids unmapped; nothing changes if the lock is another's.
 if ARGV[1] ~= '' and redis.call('GET', ARGV[1]) ~= ARGV[2] then
   return redis.error_reply('LOCKLOST the node lock is held by another operation')
 end
 local prefix, number, n = ARGV[3], ARGV[4], tonumber(ARGV[5])
 local unmapped = {}
+local hints = index_hints()
 for i = 6, 5 + n do
-  local id = ARGV[i]
+  -- An id, or an entry as the node's list holds it (a failover names
+  -- what it read there, strays included).
+  local entry, id = ARGV[i], ARGV[i]
+  if string.find(entry, '\t', 1, true) then
+    id = parse_entry(entry)
+  end
   local key, due, expiring = session_keys(prefix, id, number)
   local value = redis.call('HGET', key, id)
-  if value and unpack_mapping(value) == number then
+  local on, _, exp
+  if value then
+    on, _, exp = unpack_mapping(value)
+  end
+  if on == number then
     redis.call('HDEL', key, id)
     unmapped[#unmapped + 1] = id
-    drop_index_entry(due, expiring, id)
-  elseif redis.call('ZREM', expiring, id) == 0 and redis.call('LPOS', due, id, 'MAXLEN', 64) then
+    drop_index_entry(due, expiring, id, exp, hints)
+  elseif not (hints.has_zset(expiring) and redis.call('ZREM', expiring, id) == 1) then
     -- Not the node's: a stray (left by a placement that moved the session
     -- off the node when it failed, or by an earlier release), dropped
     -- where it is cheap to find (a repeated clean must not scan whole
-    -- lists); drop_strays.lua drops the rest after a sweep's walk.
-    redis.call('LREM', due, 1, id)
+    -- lists); the sweep drops the rest once their end has passed.
+    if redis.call('LPOS', due, entry, 'MAXLEN', 64) then
+      redis.call('LREM', due, 1, entry)
+    end
   end
 end
 for i = 6 + n, #ARGV, 2 do

@@ -324,14 +324,17 @@ async fn an_entry_whose_session_an_earlier_release_ended_is_dropped_and_not_coun
     let store = &app.ctx.store;
     let address = &nodes[0].address;
     let ids = ids_of_one_group(&unique("left"), 3);
-    for id in &ids {
-        store
-            .place(id, 0, now_ms() + 60_000, None, None)
-            .await
-            .unwrap();
+    for (i, id) in ids.iter().enumerate() {
+        let exp = if i < 2 {
+            now_ms() - 1_000
+        } else {
+            now_ms() + 60_000
+        };
+        store.place(id, 0, exp, None, None).await.unwrap();
     }
-    // An earlier release ends the first two as it always did: it deletes
-    // their mappings and knows nothing of this release's list.
+    // An earlier release ends the first two as it always did (a press
+    // found them ended): it deletes their mappings and knows nothing of
+    // this release's list.
     for id in &ids[..2] {
         let bucket = bucket_of(id);
         let _: i64 = on_owner(
@@ -386,6 +389,11 @@ async fn heartbeat_of_an_earlier_release(
     store: &nodes_control::store::SessionStore,
     replica: &str,
 ) {
+    heartbeat_in(store, "replicas", replica).await;
+}
+
+/// Records a heartbeat in the registry `zset`, at now on Redis's clock.
+async fn heartbeat_in(store: &nodes_control::store::SessionStore, zset: &str, replica: &str) {
     let _: i64 = on_owner(
         redis::cmd("EVAL")
             .arg(
@@ -393,10 +401,197 @@ async fn heartbeat_of_an_earlier_release(
                  return redis.call('ZADD', KEYS[1], t[1] * 1000 + math.floor(t[2] / 1000), ARGV[1])",
             )
             .arg(1)
-            .arg(store.key(&["replicas"]))
+            .arg(store.key(&[zset]))
             .arg(replica),
     )
     .await;
+}
+
+/// The entries of a node's list in the group of `id`, as Redis holds them.
+async fn list_entries(
+    store: &nodes_control::store::SessionStore,
+    id: &str,
+    number: u64,
+) -> Vec<String> {
+    let bucket = bucket_of(id);
+    on_owner(
+        redis::cmd("LRANGE")
+            .arg(store.group_key(&bucket[..2], &["due", &number.to_string()]))
+            .arg(0)
+            .arg(-1),
+    )
+    .await
+}
+
+/// A session the release before this one placed: its mapping, and its id
+/// alone at the tail of the node's list (`due:{number}`).
+async fn place_as_release_before(
+    store: &nodes_control::store::SessionStore,
+    id: &str,
+    number: u64,
+    exp: i64,
+) {
+    let bucket = bucket_of(id);
+    let group = &bucket[..2];
+    let _: i64 = on_owner(
+        redis::cmd("HSET")
+            .arg(store.group_key(group, &["mappings", &bucket]))
+            .arg(id)
+            .arg(format!("{number}:0:{exp}")),
+    )
+    .await;
+    let _: i64 = on_owner(
+        redis::cmd("RPUSH")
+            .arg(store.group_key(group, &["due", &number.to_string()]))
+            .arg(id),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn each_list_entry_carries_its_sessions_end_so_the_walk_reads_the_list_alone() {
+    let app = spawn_app().await;
+    let nodes = start_nodes(&app, 1, false).await;
+    let store = &app.ctx.store;
+    let number = store
+        .get_node(&nodes[0].address)
+        .await
+        .unwrap()
+        .unwrap()
+        .number;
+    let ids = ids_of_one_group(&unique("dated"), 2);
+    let exp = now_ms() + 60_000;
+    for id in &ids {
+        store.place(id, 0, exp, None, None).await.unwrap();
+    }
+    let expected: Vec<String> = ids.iter().map(|id| format!("{exp}\t{id}")).collect();
+    assert_eq!(list_entries(store, &ids[0], number).await, expected);
+    // The walk trusts the end in the entry: a mapping whose end was moved
+    // behind the list's back (no release does that) is not swept before
+    // the entry's end.
+    let bucket = bucket_of(&ids[0]);
+    let _: i64 = on_owner(
+        redis::cmd("HSET")
+            .arg(store.group_key(&bucket[..2], &["mappings", &bucket]))
+            .arg(&ids[0])
+            .arg(format!("{number}:0:{}", now_ms() - 1_000)),
+    )
+    .await;
+    assert_eq!(
+        store
+            .expiring(&nodes[0].address, now_ms(), 100)
+            .await
+            .unwrap(),
+        Vec::<String>::new()
+    );
+}
+
+#[tokio::test]
+async fn sessions_the_release_before_listed_as_plain_ids_are_counted_swept_and_listed() {
+    let app = spawn_app().await;
+    let nodes = start_nodes(&app, 1, false).await;
+    let store = &app.ctx.store;
+    let address = &nodes[0].address;
+    let number = store.get_node(address).await.unwrap().unwrap().number;
+    let tag = unique("plain");
+    let ended: Vec<String> = (0..3).map(|i| format!("{tag}-ended-{i}")).collect();
+    let live: Vec<String> = (0..2).map(|i| format!("{tag}-live-{i}")).collect();
+    for id in &ended {
+        place_as_release_before(store, id, number, now_ms() - 1_000).await;
+    }
+    for id in &live {
+        place_as_release_before(store, id, number, now_ms() + 60_000).await;
+    }
+    // And one whose mapping that release ended behind the list's back.
+    let gone = format!("{tag}-gone");
+    place_as_release_before(store, &gone, number, now_ms() + 60_000).await;
+    let bucket = bucket_of(&gone);
+    let _: i64 = on_owner(
+        redis::cmd("HDEL")
+            .arg(store.group_key(&bucket[..2], &["mappings", &bucket]))
+            .arg(&gone),
+    )
+    .await;
+    let new = format!("{tag}-new");
+    store
+        .place(&new, 0, now_ms() + 60_000, None, None)
+        .await
+        .unwrap();
+
+    let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
+    assert_eq!(report.unmapped, 3, "{report:?}");
+    for id in &ended {
+        assert_eq!(store.lookup(id).await.unwrap(), None, "{id} ended");
+    }
+    let mut listed = store.node_sessions(address).await.unwrap();
+    listed.sort();
+    let mut expected = live.clone();
+    expected.push(new.clone());
+    expected.sort();
+    assert_eq!(listed, expected);
+    assert_eq!(active_sessions(&app, address).await, Some(3));
+    assert_eq!(
+        list_entries(store, &gone, number)
+            .await
+            .iter()
+            .filter(|e| e.ends_with(&gone))
+            .count(),
+        0
+    );
+
+    app.remove_node(address).await;
+    for id in live.iter().chain([&new]) {
+        assert_eq!(store.lookup(id).await.unwrap(), None, "{id} unmapped");
+    }
+    assert_eq!(keys(store.prefix(), "due:").await, Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn while_a_replica_of_the_release_before_serves_new_sessions_are_listed_as_it_reads_them() {
+    let app = spawn_app().await;
+    let nodes = start_nodes(&app, 1, false).await;
+    let store = &app.ctx.store;
+    let number = store
+        .get_node(&nodes[0].address)
+        .await
+        .unwrap()
+        .unwrap()
+        .number;
+    let tag = unique("before");
+    let ids = ids_of_one_group(&tag, 2);
+    store
+        .place(&ids[0], 0, now_ms() + 60_000, None, None)
+        .await
+        .unwrap();
+    // A replica of the release before heartbeats in `replicas` and
+    // `replicas_listing`, not in `replicas_dated`.
+    let replica = format!("{tag}-replica");
+    heartbeat_in(store, "replicas", &replica).await;
+    heartbeat_in(store, "replicas_listing", &replica).await;
+    let mark = store.key(&["plain_entries"]);
+    let mut seen = false;
+    for _ in 0..50 {
+        if on_owner::<bool>(redis::cmd("EXISTS").arg(&mark)).await {
+            seen = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(seen, "the replica of the release before was never seen");
+    let earlier: bool = on_owner(redis::cmd("EXISTS").arg(store.key(&["earlier_release"]))).await;
+    assert!(!earlier, "it reads lists: no zset is needed");
+    let exp = now_ms() + 60_000;
+    store.place(&ids[1], 0, exp, None, None).await.unwrap();
+    let entries = list_entries(store, &ids[0], number).await;
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    assert!(
+        entries[0].ends_with(&format!("\t{}", ids[0])),
+        "{entries:?}"
+    );
+    assert_eq!(entries[1], ids[1], "a plain id, as that release reads it");
+    let mut listed = store.node_sessions(&nodes[0].address).await.unwrap();
+    listed.sort();
+    assert_eq!(listed, ids);
 }
 
 #[tokio::test]
@@ -478,14 +673,18 @@ async fn while_a_replica_of_an_earlier_release_serves_new_sessions_go_where_it_r
 #[tokio::test]
 async fn the_sweep_loads_its_script_into_a_redis_that_lost_it() {
     let app = spawn_app().await;
-    let _nodes = start_nodes(&app, 1, false).await;
+    let nodes = start_nodes(&app, 1, false).await;
+    let store = &app.ctx.store;
+    let number = store
+        .get_node(&nodes[0].address)
+        .await
+        .unwrap()
+        .unwrap()
+        .number;
     let tag = unique("flushed");
+    // Plain ids, which the walk hands to its script (due.lua).
     for i in 0..5 {
-        app.ctx
-            .store
-            .place(&format!("{tag}-{i}"), 0, 1, None, None)
-            .await
-            .unwrap();
+        place_as_release_before(store, &format!("{tag}-{i}"), number, 1).await;
     }
     // As a Redis restarted from its data has no scripts. (Other tests'
     // scripts reload themselves on their next call.)
