@@ -161,9 +161,34 @@ async fn main() {
         .await
         .unwrap();
     let commands_before = redis_info(&mut conn, "total_commands_processed").await;
+    // A press's lookup during the sweep: one command every millisecond on
+    // a connection and an OS thread of its own (not this runtime, which the
+    // sweep keeps busy), timed; the longest is how long the sweep kept
+    // Redis from answering anyone else.
+    let probing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let probe = {
+        let mut probe_conn = client.get_connection().unwrap();
+        let (probing, key) = (probing.clone(), format!("{prefix}probe"));
+        std::thread::spawn(move || {
+            let mut longest = Duration::ZERO;
+            while probing.load(std::sync::atomic::Ordering::Relaxed) {
+                let sent = Instant::now();
+                let _: Option<String> = redis::cmd("HGET")
+                    .arg(&key)
+                    .arg("x")
+                    .query(&mut probe_conn)
+                    .unwrap();
+                longest = longest.max(sent.elapsed());
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            longest
+        })
+    };
     let started = Instant::now();
     let report = sweeper.sweep_once(nodes_control_now()).await.unwrap();
     let wall = started.elapsed();
+    probing.store(false, std::sync::atomic::Ordering::Relaxed);
+    let longest_wait = probe.join().unwrap();
     let redis_cpu_ms = (redis_cpu(&mut conn).await - redis_cpu_before) * 1000.0;
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")
@@ -183,6 +208,7 @@ async fn main() {
     );
     println!("  redis CPU            {redis_cpu_ms:.1} ms (the sweep's and the background's)");
     println!("  of which the walk    {walk_wall:.1?} wall, {walk_cpu_ms:.1} ms redis CPU (measured alone, before)");
+    println!("  longest redis answer {longest_wait:.1?} (a lookup sent every ms during the sweep)");
     // The commands that took most of Redis's time (a script's own calls
     // are counted in it and again under their names).
     let mut busiest: Vec<(String, f64, u64)> = stats

@@ -215,9 +215,9 @@ impl SessionStore {
     }
 
     /// `unmap.lua` over the groups the ids (or list entries, which name
-    /// their id) fall in: one call per group on
-    /// a cluster (a script stays in one slot), all at once; one call for
-    /// every group on a single Redis (one script instead of up to 256).
+    /// their id) fall in, in the calls [`unmap_calls`] cuts: on a cluster
+    /// each within one group (a script stays in one slot), on a single
+    /// Redis across groups; all sent at once.
     ///
     /// Only while `lock` is its holder's: a cleaner that paused past the
     /// lock's life must not unmap sessions placed again since. On a single
@@ -232,22 +232,7 @@ impl SessionStore {
         leaving: &[String],
         rebased: &[(String, i64)],
     ) -> StoreResult<Vec<String>> {
-        /// A call's part of the clean: its leaving ids, its re-based pairs.
-        type Part<'a> = (Vec<&'a String>, Vec<&'a (String, i64)>);
-        let mut parts: HashMap<String, Part> = HashMap::new();
-        let call_of = |id: &str| {
-            if self.cluster {
-                mapping_bucket(entry_id(id))[..2].to_owned()
-            } else {
-                String::new()
-            }
-        };
-        for id in leaving {
-            parts.entry(call_of(id)).or_default().0.push(id);
-        }
-        for pair in rebased {
-            parts.entry(call_of(&pair.0)).or_default().1.push(pair);
-        }
+        let parts = unmap_calls(leaving, rebased, self.cluster);
         let (lock_key, token) = lock.key_and_token(self);
         let guard = if self.cluster {
             self.check_lock(&lock_key, &token).await?;
@@ -255,7 +240,7 @@ impl SessionStore {
         } else {
             lock_key
         };
-        let calls = parts.into_values().map(|(leaving, rebased)| {
+        let calls = parts.into_iter().map(|(leaving, rebased)| {
             let mut invocation = self.scripts.unmap.prepare_invoke();
             let ids = || {
                 leaving
@@ -291,6 +276,62 @@ impl SessionStore {
     }
 }
 
+/// Most sessions one `unmap.lua` call names. A script holds Redis's one
+/// thread while it runs, about 7 µs a session, so a sweep's or a
+/// removal's thousands (and a clean-all node's re-based live sessions,
+/// all of them) go in slices of a few milliseconds, between which other
+/// clients' commands (the presses' lookups and placements) are served.
+const MAX_PER_UNMAP_CALL: usize = 512;
+
+/// A call's part of a clean: its leaving ids (or entries), its re-based
+/// pairs.
+type UnmapCall<'a> = (Vec<&'a String>, Vec<&'a (String, i64)>);
+
+/// How the unmapping of a clean is cut into `unmap.lua` calls: the
+/// sessions in group order (a call's hints, read once per list, then
+/// serve many of its entries), at most [`MAX_PER_UNMAP_CALL`] a call, and
+/// on a `cluster` never two groups in one call.
+fn unmap_calls<'a>(
+    leaving: &'a [String],
+    rebased: &'a [(String, i64)],
+    cluster: bool,
+) -> Vec<UnmapCall<'a>> {
+    enum Item<'a> {
+        Leaving(&'a String),
+        Rebased(&'a (String, i64)),
+    }
+    let mut items: Vec<(String, Item)> = leaving
+        .iter()
+        .map(|entry| (mapping_bucket(entry_id(entry)), Item::Leaving(entry)))
+        .chain(
+            rebased
+                .iter()
+                .map(|pair| (mapping_bucket(&pair.0), Item::Rebased(pair))),
+        )
+        .collect();
+    // Stable: entries of one list keep their order.
+    items.sort_by(|a, b| a.0[..2].cmp(&b.0[..2]));
+    let mut calls: Vec<UnmapCall> = Vec::new();
+    let mut current_group: Option<&str> = None;
+    let mut size = 0;
+    for (bucket, item) in &items {
+        let group = &bucket[..2];
+        let new_group = cluster && current_group != Some(group);
+        if calls.is_empty() || size == MAX_PER_UNMAP_CALL || new_group {
+            calls.push(UnmapCall::default());
+            size = 0;
+        }
+        current_group = Some(group);
+        let call = calls.last_mut().expect("a call was just pushed");
+        match item {
+            Item::Leaving(entry) => call.0.push(entry),
+            Item::Rebased(pair) => call.1.push(pair),
+        }
+        size += 1;
+    }
+    calls
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,5 +344,66 @@ mod tests {
         );
         assert_eq!(unpack_mapping("7:3"), None);
         assert_eq!(unpack_mapping("x:3:4"), None);
+    }
+
+    fn ids(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("unmap-{i}")).collect()
+    }
+
+    #[test]
+    fn a_large_unmapping_goes_in_calls_of_at_most_512_sessions_each_naming_every_session_once() {
+        let leaving = ids(1_300);
+        let rebased: Vec<(String, i64)> = (0..700).map(|i| (format!("live-{i}"), i)).collect();
+        let calls = unmap_calls(&leaving, &rebased, false);
+        assert_eq!(calls.len(), 4); // 2,000 sessions
+        assert!(calls
+            .iter()
+            .all(|(l, r)| l.len() + r.len() <= MAX_PER_UNMAP_CALL));
+        let mut named: Vec<&str> = calls
+            .iter()
+            .flat_map(|(l, r)| {
+                l.iter()
+                    .map(|id| id.as_str())
+                    .chain(r.iter().map(|p| p.0.as_str()))
+            })
+            .collect();
+        named.sort_unstable();
+        let mut expected: Vec<&str> = leaving
+            .iter()
+            .map(String::as_str)
+            .chain(rebased.iter().map(|p| p.0.as_str()))
+            .collect();
+        expected.sort_unstable();
+        assert_eq!(named, expected);
+    }
+
+    #[test]
+    fn on_a_cluster_no_unmapping_call_spans_two_groups() {
+        let leaving = ids(2_000);
+        let calls = unmap_calls(&leaving, &[], true);
+        let groups: std::collections::HashSet<String> = leaving
+            .iter()
+            .map(|id| mapping_bucket(id)[..2].to_owned())
+            .collect();
+        // About 8 a group here, far under a call's most: one call a group.
+        assert_eq!(calls.len(), groups.len());
+        for (l, _) in &calls {
+            let groups: std::collections::HashSet<String> = l
+                .iter()
+                .map(|id| mapping_bucket(id)[..2].to_owned())
+                .collect();
+            assert_eq!(groups.len(), 1);
+        }
+        assert_eq!(calls.iter().map(|(l, _)| l.len()).sum::<usize>(), 2_000);
+    }
+
+    #[test]
+    fn the_entries_of_one_session_keep_their_order_across_the_cut() {
+        // A plain entry of the release before, then the dated one of the
+        // same id: an unmapping that walks a list names both, in its order.
+        let leaving = vec!["same".to_owned(), "1796000000000\tsame".to_owned()];
+        let calls = unmap_calls(&leaving, &[], false);
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].0, vec![&leaving[0], &leaving[1]]);
     }
 }

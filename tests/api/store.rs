@@ -700,3 +700,59 @@ async fn the_sweep_loads_its_script_into_a_redis_that_lost_it() {
     let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
     assert_eq!(report.unmapped, 5, "{report:?}");
 }
+
+/// A clean of more sessions than one unmapping script names (512: a script
+/// holds Redis while it runs) goes in several: every session still leaves
+/// or takes its new base, the node's count and lists agree, and doing it
+/// again changes nothing.
+#[tokio::test]
+async fn a_clean_of_more_sessions_than_one_script_names_unmaps_and_rebases_every_one() {
+    let app = spawn_app().await;
+    let nodes = start_nodes(&app, 1, false).await;
+    let store = &app.ctx.store;
+    let address = nodes[0].address.as_str();
+    let tag = unique("slices");
+    let ids: Vec<String> = (0..1_300).map(|i| format!("{tag}-{i}")).collect();
+    let exp = now_ms() + 60_000;
+    futures::future::join_all(ids.iter().map(|id| store.place(id, 0, exp, None, None)))
+        .await
+        .into_iter()
+        .for_each(|placed| assert!(matches!(placed.unwrap(), Placed::Placed(_))));
+    let (leaving, staying) = ids.split_at(700);
+    let rebased: Vec<(String, i64)> = staying.iter().map(|id| (id.clone(), 5)).collect();
+    let (leaving, rebased) = (&leaving, &rebased);
+    let (first, again) = common::under_node_lock(store, address, |lock| async move {
+        let first = store
+            .apply_clean(lock.lock(), address, leaving, rebased)
+            .await
+            .unwrap();
+        let again = store
+            .apply_clean(lock.lock(), address, leaving, rebased)
+            .await
+            .unwrap();
+        (first, again)
+    })
+    .await;
+    assert_eq!((first, again), (700, 0));
+    for id in leaving.iter() {
+        assert_eq!(store.lookup(id).await.unwrap(), None, "{id}");
+    }
+    for id in staying {
+        assert_eq!(
+            store.lookup(id).await.unwrap().map(|m| m.base),
+            Some(5),
+            "{id}"
+        );
+    }
+    let node = store.get_node(address).await.unwrap().unwrap();
+    assert_eq!(node.active_sessions, 600);
+    let mut listed = Vec::new();
+    for key in keys(store.prefix(), "due:").await {
+        let entries: Vec<String> = on_owner(redis::cmd("LRANGE").arg(&key).arg(0).arg(-1)).await;
+        listed.extend(entries);
+    }
+    listed.sort();
+    let mut expected: Vec<String> = staying.iter().map(|id| format!("{exp}\t{id}")).collect();
+    expected.sort();
+    assert_eq!(listed, expected);
+}
