@@ -208,6 +208,13 @@ impl SessionStore {
         let calls = by_primary
             .into_iter()
             .map(|((host, port), (pipe, parts))| async move {
+                // A primary none of whose groups has a command this round
+                // (the walk's later rounds read only some lists): nothing
+                // to send, and the client refuses an empty pipeline, which
+                // would read as stale routes.
+                if pipe.is_empty() {
+                    return (parts, Some(Ok(Vec::new())));
+                }
                 let replies = self.conn().to_primary(pipe, host.clone(), *port).await;
                 (parts, replies)
             });

@@ -255,6 +255,13 @@ impl SessionStore {
         &self.prefix
     }
 
+    /// Whether this store knows the cluster's slot map (never on a single
+    /// Redis). A walk that finds it stale forgets it and goes group by
+    /// group; a test reads it to see that a walk had no cause to.
+    pub fn knows_slot_map(&self) -> bool {
+        self.routes.get().is_some()
+    }
+
     pub async fn ping(&self) -> StoreResult<()> {
         let mut conn = self.conn.clone();
         redis::cmd("PING")

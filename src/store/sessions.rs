@@ -3,9 +3,11 @@
 
 use std::collections::HashMap;
 
+use futures::StreamExt;
+
 use super::groups::{by_group, entry_id, mapping_bucket};
 use super::lock::Lock;
-use super::{Context, SessionStore, StoreResult};
+use super::{Context, SessionStore, StoreError, StoreResult};
 
 /// Where a session lives and what its node's count must be offset by.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,9 +80,15 @@ impl SessionStore {
         // its list's head when its turn comes, where unmap.lua finds it
         // without reading the list.
         let entries = self.index_entries(address).await?;
-        let dropped = self.unmap_in_groups(lock, number, &entries, &[]).await?;
-        self.set_counts(false, &[(address, 0, None)]).await?;
-        Ok(dropped)
+        match self.unmap_in_groups(lock, number, &entries, &[]).await {
+            // Repeated until it succeeds; the sweep's tally counts the node
+            // exactly meanwhile.
+            (_, Some(error)) => Err(error),
+            (dropped, None) => {
+                self.set_counts(false, &[(address, 0, None)]).await?;
+                Ok(dropped)
+            }
+        }
     }
 
     /// The node and expiry time of each session (`None` where it has no
@@ -137,15 +145,19 @@ impl SessionStore {
         let Some(number) = self.node_number(address).await? else {
             return Ok(0);
         };
-        let unmapped = self
-            .unmap_in_groups(lock, number, leaving, rebased)
-            .await?
-            .len();
+        let (unmapped, failed) = self.unmap_in_groups(lock, number, leaving, rebased).await;
+        // What was unmapped leaves the count even if a later slice failed:
+        // the clean's repeat finds those sessions gone and counts only
+        // the rest.
+        let unmapped = unmapped.len();
         if unmapped > 0 {
             self.set_counts(true, &[(address, -(unmapped as i64), None)])
                 .await?;
         }
-        Ok(unmapped)
+        match failed {
+            Some(error) => Err(error),
+            None => Ok(unmapped),
+        }
     }
 
     /// Declares, for a script over sessions of node `number` (a cluster
@@ -178,19 +190,33 @@ impl SessionStore {
     /// its list's head the walk saw it, 0 if not known) from node
     /// `number`'s lists where no mapping of their id to the node stands
     /// (for a dated entry, none that ends when it says: drop_strays.lua
-    /// checks each again): one call per group on a cluster, all at once;
-    /// one call on a single Redis. Needs no lock.
+    /// checks each again), in calls of at most [`MAX_PER_SCRIPT`] (each
+    /// within one group on a cluster), a few in flight. Needs no lock.
     pub(super) async fn drop_strays(
         &self,
         number: u64,
         entries: &[(String, usize)],
     ) -> StoreResult<()> {
-        let calls = if self.cluster {
-            by_group(entries.iter(), |(entry, _)| entry_id(entry))
+        let (calls, in_flight): (Vec<Vec<&(String, usize)>>, _) = if self.cluster {
+            let groups = by_group(entries.iter(), |(entry, _)| entry_id(entry));
+            let calls = groups
+                .into_values()
+                .flat_map(|group| {
+                    group
+                        .chunks(MAX_PER_SCRIPT)
+                        .map(<[_]>::to_vec)
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            (calls, SCRIPTS_IN_FLIGHT_ON_A_CLUSTER)
         } else {
-            HashMap::from([(String::new(), entries.iter().collect())])
+            let calls = entries
+                .chunks(MAX_PER_SCRIPT)
+                .map(|slice| slice.iter().collect())
+                .collect();
+            (calls, SCRIPTS_IN_FLIGHT)
         };
-        let calls = calls.into_values().map(|entries| {
+        let calls = calls.into_iter().map(|entries| {
             let mut invocation = self.scripts.drop_strays.prepare_invoke();
             self.declare_session_keys(
                 &mut invocation,
@@ -208,7 +234,9 @@ impl SessionStore {
                     .context("dropping index entries without a mapping in Redis")
             }
         });
-        for dropped in futures::future::join_all(calls).await {
+        let calls: Vec<_> = calls.collect();
+        let mut calls = futures::stream::iter(calls).buffer_unordered(in_flight);
+        while let Some(dropped) = calls.next().await {
             dropped?;
         }
         Ok(())
@@ -217,7 +245,7 @@ impl SessionStore {
     /// `unmap.lua` over the groups the ids (or list entries, which name
     /// their id) fall in, in the calls [`unmap_calls`] cuts: on a cluster
     /// each within one group (a script stays in one slot), on a single
-    /// Redis across groups; all sent at once.
+    /// Redis across groups; a few in flight at a time.
     ///
     /// Only while `lock` is its holder's: a cleaner that paused past the
     /// lock's life must not unmap sessions placed again since. On a single
@@ -225,17 +253,24 @@ impl SessionStore {
     /// another slot, so it is read just before (a pause between that read
     /// and the calls is the one window left: design.md, "A cleaner that
     /// pauses").
+    ///
+    /// Returns the ids unmapped, and the error that stopped the calls, if
+    /// one did: the slices before it stand (each session's unmapping is
+    /// atomic, the clean's is not), and the caller counts them before it
+    /// fails.
     async fn unmap_in_groups(
         &self,
         lock: &Lock,
         number: u64,
         leaving: &[String],
         rebased: &[(String, i64)],
-    ) -> StoreResult<Vec<String>> {
+    ) -> (Vec<String>, Option<StoreError>) {
         let parts = unmap_calls(leaving, rebased, self.cluster);
         let (lock_key, token) = lock.key_and_token(self);
         let guard = if self.cluster {
-            self.check_lock(&lock_key, &token).await?;
+            if let Err(error) = self.check_lock(&lock_key, &token).await {
+                return (Vec::new(), Some(error));
+            }
             String::new()
         } else {
             lock_key
@@ -268,20 +303,44 @@ impl SessionStore {
                     .context("unmapping sessions in Redis")
             }
         });
+        let in_flight = if self.cluster {
+            SCRIPTS_IN_FLIGHT_ON_A_CLUSTER
+        } else {
+            SCRIPTS_IN_FLIGHT
+        };
+        // Collected first: a stream over a lazy `map` borrows in a way the
+        // compiler cannot prove `Send` for the callers' futures.
+        let calls: Vec<_> = calls.collect();
+        let mut calls = futures::stream::iter(calls).buffered(in_flight);
         let mut unmapped = Vec::new();
-        for ids in futures::future::join_all(calls).await {
-            unmapped.extend(ids?);
+        while let Some(ids) = calls.next().await {
+            match ids {
+                Ok(ids) => unmapped.extend(ids),
+                Err(error) => return (unmapped, Some(error)),
+            }
         }
-        Ok(unmapped)
+        (unmapped, None)
     }
 }
 
-/// Most sessions one `unmap.lua` call names. A script holds Redis's one
-/// thread while it runs, about 7 µs a session, so a sweep's or a
-/// removal's thousands (and a clean-all node's re-based live sessions,
-/// all of them) go in slices of a few milliseconds, between which other
-/// clients' commands (the presses' lookups and placements) are served.
-const MAX_PER_UNMAP_CALL: usize = 512;
+/// Most sessions (or list entries) one `unmap.lua` or `drop_strays.lua`
+/// call names. A script holds Redis's one thread while it runs, about
+/// 7 µs a session, so a sweep's or a removal's thousands (and a clean-all
+/// node's re-based live sessions, all of them) go in slices of a few
+/// milliseconds, between which other clients' commands (the presses'
+/// lookups and placements) are served.
+const MAX_PER_SCRIPT: usize = 512;
+
+/// Calls of one such script a caller keeps in flight on a single Redis. Redis
+/// runs them one at a time anyway; more queued on the shared connection
+/// would only delay this replica's own lookups behind them (and a reply
+/// is awaited at most a second from when its request was queued: a
+/// clean-all node's million re-based sessions, all sent at once, would
+/// time out).
+const SCRIPTS_IN_FLIGHT: usize = 2;
+/// The same on a cluster, where the calls (one group each, so smaller)
+/// spread over the primaries.
+const SCRIPTS_IN_FLIGHT_ON_A_CLUSTER: usize = 16;
 
 /// A call's part of a clean: its leaving ids (or entries), its re-based
 /// pairs.
@@ -289,7 +348,7 @@ type UnmapCall<'a> = (Vec<&'a String>, Vec<&'a (String, i64)>);
 
 /// How the unmapping of a clean is cut into `unmap.lua` calls: the
 /// sessions in group order (a call's hints, read once per list, then
-/// serve many of its entries), at most [`MAX_PER_UNMAP_CALL`] a call, and
+/// serve many of its entries), at most [`MAX_PER_SCRIPT`] a call, and
 /// on a `cluster` never two groups in one call.
 fn unmap_calls<'a>(
     leaving: &'a [String],
@@ -317,7 +376,7 @@ fn unmap_calls<'a>(
     for (bucket, item) in &items {
         let group = &bucket[..2];
         let new_group = cluster && current_group != Some(group);
-        if calls.is_empty() || size == MAX_PER_UNMAP_CALL || new_group {
+        if calls.is_empty() || size == MAX_PER_SCRIPT || new_group {
             calls.push(UnmapCall::default());
             size = 0;
         }
@@ -358,7 +417,7 @@ mod tests {
         assert_eq!(calls.len(), 4); // 2,000 sessions
         assert!(calls
             .iter()
-            .all(|(l, r)| l.len() + r.len() <= MAX_PER_UNMAP_CALL));
+            .all(|(l, r)| l.len() + r.len() <= MAX_PER_SCRIPT));
         let mut named: Vec<&str> = calls
             .iter()
             .flat_map(|(l, r)| {

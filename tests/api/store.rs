@@ -756,3 +756,88 @@ async fn a_clean_of_more_sessions_than_one_script_names_unmaps_and_rebases_every
     expected.sort();
     assert_eq!(listed, expected);
 }
+
+/// The walk reads on only in the lists that need it: on a cluster its
+/// later rounds send nothing to a primary none of whose groups has a
+/// command, and the slot map it learned stays known (an empty pipeline,
+/// refused by the client, once read as a stale map: every walk then went
+/// group by group and asked for the map again).
+#[tokio::test]
+async fn a_walk_that_reads_on_in_one_group_keeps_the_cluster_slot_map() {
+    let app = spawn_app().await;
+    let nodes = start_nodes(&app, 1, false).await;
+    let store = &app.ctx.store;
+    let address = nodes[0].address.as_str();
+    // More ended entries in one list than the walk's first read.
+    let ids = ids_of_one_group(&unique("reads-on"), 80);
+    let ended = now_ms() - 1_000;
+    for id in &ids {
+        store.place(id, 0, ended, None, None).await.unwrap();
+    }
+    for _ in 0..2 {
+        let mut found = store.expiring(address, now_ms(), 1_000).await.unwrap();
+        found.sort();
+        let mut expected = ids.clone();
+        expected.sort();
+        assert_eq!(found, expected);
+        if testkit::redis_servers().len() > 1 {
+            assert!(store.knows_slot_map(), "the walk forgot the slot map");
+        }
+    }
+}
+
+/// A node that cleans everything gives back every live session to re-base:
+/// at 300,000 that is over a second of Redis in one script, past the
+/// second the client waits for a reply, so the clean failed and was
+/// repeated for ever. In slices of 512, a few in flight, it settles.
+#[tokio::test]
+async fn a_clean_all_node_with_300_000_live_sessions_is_rebased_in_slices_that_each_answer_in_time()
+{
+    let app = spawn_app().await;
+    let nodes = start_nodes(&app, 1, false).await;
+    let store = &app.ctx.store;
+    let address = nodes[0].address.as_str();
+    let number = store.get_node(address).await.unwrap().unwrap().number;
+    let tag = unique("rebase-all");
+    let ids: Vec<String> = (0..300_000).map(|i| format!("{tag}-{i}")).collect();
+    // Their mappings, written group by group (a script stays in one slot).
+    let exp = now_ms() + 600_000;
+    let mut by_group: std::collections::HashMap<String, Vec<&String>> = Default::default();
+    for id in &ids {
+        by_group
+            .entry(bucket_of(id)[..2].to_owned())
+            .or_default()
+            .push(id);
+    }
+    for (group, members) in &by_group {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(
+            "for i = 2, #ARGV do
+               local d = redis.sha1hex(ARGV[i])
+               redis.call('HSET', KEYS[1] .. string.sub(d, 1, 4), ARGV[i], ARGV[1])
+             end
+             return 1",
+        )
+        .arg(1)
+        .arg(store.group_key(group, &["mappings", ""]))
+        .arg(format!("{number}:0:{exp}"));
+        for id in members {
+            cmd.arg(id.as_str());
+        }
+        let _: i64 = on_owner(&cmd).await;
+    }
+    let rebased: Vec<(String, i64)> = ids.iter().map(|id| (id.clone(), 3)).collect();
+    let rebased = &rebased;
+    let outcome = common::under_node_lock(store, address, |lock| async move {
+        store.apply_clean(lock.lock(), address, &[], rebased).await
+    })
+    .await;
+    assert_eq!(outcome.unwrap(), 0, "nothing leaves, everything re-based");
+    for id in ids.iter().step_by(997) {
+        assert_eq!(
+            store.lookup(id).await.unwrap().map(|m| m.base),
+            Some(3),
+            "{id}"
+        );
+    }
+}
