@@ -1,6 +1,8 @@
 //! Sweep benchmark (issue 3): one sweep of 10,000 expired sessions among
 //! 1,000,000 live ones. Prints wall time, Redis commands issued and Redis
-//! memory per live session. Needs Redis and Postgres like the tests:
+//! memory per live session. Needs Redis and Postgres like the tests; on a
+//! Redis Cluster (`REDIS_URL=redis+cluster://...`, its primaries) every
+//! Redis figure is summed over the primaries:
 //!
 //!     cargo bench --bench sweep            # SWEEP_LIVE=1000000 SWEEP_EXPIRED=10000
 //!
@@ -20,29 +22,124 @@ fn env_or(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-async fn redis_info(conn: &mut redis::aio::MultiplexedConnection, field: &str) -> i64 {
-    let info: String = redis::cmd("INFO").query_async(conn).await.unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
+/// Every Redis server behind `REDIS_URL` (each primary of a cluster):
+/// `INFO` is per server, so each figure is the sum over them.
+struct Servers(Vec<redis::aio::MultiplexedConnection>);
 
-/// Redis's CPU time so far (user and system), in seconds.
-async fn redis_cpu(conn: &mut redis::aio::MultiplexedConnection) -> f64 {
-    let info: String = redis::cmd("INFO")
-        .arg("cpu")
-        .query_async(conn)
-        .await
-        .unwrap();
-    ["used_cpu_user:", "used_cpu_sys:"]
-        .iter()
-        .filter_map(|field| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(field))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-        })
-        .sum()
+impl Servers {
+    async fn connect() -> Self {
+        let mut conns = Vec::new();
+        for url in testkit::redis_servers() {
+            let client = redis::Client::open(url).unwrap();
+            conns.push(client.get_multiplexed_async_connection().await.unwrap());
+        }
+        Self(conns)
+    }
+
+    async fn info(&mut self, section: Option<&str>) -> Vec<String> {
+        let mut infos = Vec::new();
+        for conn in &mut self.0 {
+            let mut cmd = redis::cmd("INFO");
+            if let Some(section) = section {
+                cmd.arg(section);
+            }
+            infos.push(cmd.query_async(conn).await.unwrap());
+        }
+        infos
+    }
+
+    /// An integer field of `INFO`, summed.
+    async fn sum(&mut self, field: &str) -> i64 {
+        self.info(None)
+            .await
+            .iter()
+            .filter_map(|info| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(&format!("{field}:")))
+                    .and_then(|v| v.trim().parse::<i64>().ok())
+            })
+            .sum()
+    }
+
+    /// Redis's CPU time so far (user and system), in seconds.
+    async fn cpu(&mut self) -> f64 {
+        self.info(Some("cpu"))
+            .await
+            .iter()
+            .flat_map(|info| {
+                ["used_cpu_user:", "used_cpu_sys:"].map(|field| {
+                    info.lines()
+                        .find_map(|l| l.strip_prefix(field))
+                        .and_then(|v| v.trim().parse::<f64>().ok())
+                        .unwrap_or(0.0)
+                })
+            })
+            .sum()
+    }
+
+    async fn reset_stats(&mut self) {
+        for conn in &mut self.0 {
+            let _: () = redis::cmd("CONFIG")
+                .arg("RESETSTAT")
+                .query_async(conn)
+                .await
+                .unwrap();
+        }
+    }
+
+    /// Each command's time (ms) and calls since the reset, over all servers.
+    async fn command_stats(&mut self) -> Vec<(String, f64, u64)> {
+        let mut totals: std::collections::BTreeMap<String, (f64, u64)> = Default::default();
+        for info in self.info(Some("commandstats")).await {
+            for line in info.lines() {
+                let Some((name, fields)) = line
+                    .strip_prefix("cmdstat_")
+                    .and_then(|l| l.split_once(':'))
+                else {
+                    continue;
+                };
+                let field = |key: &str| {
+                    fields
+                        .split(',')
+                        .find_map(|f| f.strip_prefix(key)?.parse::<f64>().ok())
+                };
+                if let (Some(usec), Some(calls)) = (field("usec="), field("calls=")) {
+                    let total = totals.entry(name.to_owned()).or_default();
+                    total.0 += usec / 1000.0;
+                    total.1 += calls as u64;
+                }
+            }
+        }
+        totals
+            .into_iter()
+            .map(|(name, (ms, calls))| (name, ms, calls))
+            .collect()
+    }
+
+    /// Deletes every key that starts with `prefix`, server by server, one
+    /// key a command (a cluster refuses a command over keys of two slots).
+    async fn delete_prefix(&mut self, prefix: &str) {
+        for conn in &mut self.0 {
+            let mut keys: Vec<String> = Vec::new();
+            {
+                let mut scan = conn.clone();
+                let mut iter: redis::AsyncIter<String> =
+                    redis::AsyncCommands::scan_match(&mut scan, format!("{prefix}*"))
+                        .await
+                        .unwrap();
+                while let Some(key) = iter.next_item().await {
+                    keys.push(key.unwrap());
+                }
+            }
+            for chunk in keys.chunks(10_000) {
+                let mut pipe = redis::pipe();
+                for key in chunk {
+                    pipe.cmd("UNLINK").arg(key).ignore();
+                }
+                let _: () = pipe.query_async(conn).await.unwrap();
+            }
+        }
+    }
 }
 
 #[tokio::main]
@@ -77,9 +174,8 @@ async fn main() {
         nodes.push(node.address);
     }
 
-    let client = redis::Client::open(redis_url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let memory_before = redis_info(&mut conn, "used_memory").await;
+    let mut servers = Servers::connect().await;
+    let memory_before = servers.sum("used_memory").await;
 
     // Place every session through the real placement script.
     let store: Arc<SessionStore> = Arc::new(ctx.store.clone());
@@ -106,7 +202,7 @@ async fn main() {
         live + expired,
         started.elapsed()
     );
-    let memory_after = redis_info(&mut conn, "used_memory").await;
+    let memory_after = servers.sum("used_memory").await;
 
     // Give the expiring sessions real clicks so the nodes archive them.
     let http = reqwest::Client::new();
@@ -130,17 +226,17 @@ async fn main() {
         .await;
 
     // Background commands (fence polls, heartbeats) over the same span, to subtract.
-    let idle_start = redis_info(&mut conn, "total_commands_processed").await;
+    let idle_start = servers.sum("total_commands_processed").await;
     let idle_clock = Instant::now();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let idle_rate = (redis_info(&mut conn, "total_commands_processed").await - idle_start - 2)
-        as f64
+    let own = 2 * servers.0.len() as i64; // the two INFOs on each server
+    let idle_rate = (servers.sum("total_commands_processed").await - idle_start - own) as f64
         / idle_clock.elapsed().as_secs_f64();
 
     // The walk alone (it reads, and drops strays it finds): what finding
     // the expired sessions costs,
     // apart from archiving them.
-    let redis_cpu_before = redis_cpu(&mut conn).await;
+    let redis_cpu_before = servers.cpu().await;
     let started = Instant::now();
     let walks = nodes
         .iter()
@@ -151,33 +247,33 @@ async fn main() {
         .map(|ids| ids.unwrap().len())
         .sum();
     let walk_wall = started.elapsed();
-    let walk_cpu_ms = (redis_cpu(&mut conn).await - redis_cpu_before) * 1000.0;
+    let walk_cpu_ms = (servers.cpu().await - redis_cpu_before) * 1000.0;
     assert_eq!(found, expired);
 
-    let redis_cpu_before = redis_cpu(&mut conn).await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let commands_before = redis_info(&mut conn, "total_commands_processed").await;
-    // A press's lookup during the sweep: one command every millisecond on
-    // a connection and an OS thread of its own (not this runtime, which the
-    // sweep keeps busy), timed; the longest is how long the sweep kept
-    // Redis from answering anyone else.
+    let redis_cpu_before = servers.cpu().await;
+    servers.reset_stats().await;
+    let commands_before = servers.sum("total_commands_processed").await;
+    // Another client during the sweep: a PING every millisecond, to each
+    // server in turn, on connections and an OS thread of its own (not this
+    // runtime, which the sweep keeps busy), timed; the longest is how long
+    // the sweep kept Redis from answering anyone else.
     let probing = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let probe = {
-        let mut probe_conn = client.get_connection().unwrap();
-        let (probing, key) = (probing.clone(), format!("{prefix}probe"));
+        let mut probe_conns: Vec<redis::Connection> = testkit::redis_servers()
+            .into_iter()
+            .map(|url| redis::Client::open(url).unwrap().get_connection().unwrap())
+            .collect();
+        let probing = probing.clone();
         std::thread::spawn(move || {
             let mut longest = Duration::ZERO;
-            while probing.load(std::sync::atomic::Ordering::Relaxed) {
+            for turn in 0.. {
+                if !probing.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                let servers = probe_conns.len();
+                let conn = &mut probe_conns[turn % servers];
                 let sent = Instant::now();
-                let _: Option<String> = redis::cmd("HGET")
-                    .arg(&key)
-                    .arg("x")
-                    .query(&mut probe_conn)
-                    .unwrap();
+                let _: String = redis::cmd("PING").query(conn).unwrap();
                 longest = longest.max(sent.elapsed());
                 std::thread::sleep(Duration::from_millis(1));
             }
@@ -189,13 +285,9 @@ async fn main() {
     let wall = started.elapsed();
     probing.store(false, std::sync::atomic::Ordering::Relaxed);
     let longest_wait = probe.join().unwrap();
-    let redis_cpu_ms = (redis_cpu(&mut conn).await - redis_cpu_before) * 1000.0;
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let commands = redis_info(&mut conn, "total_commands_processed").await - commands_before - 1;
+    let redis_cpu_ms = (servers.cpu().await - redis_cpu_before) * 1000.0;
+    let mut busiest = servers.command_stats().await;
+    let commands = servers.sum("total_commands_processed").await - commands_before - own / 2;
     let background = (idle_rate * wall.as_secs_f64()).round() as i64;
 
     assert_eq!(report.expired, expired);
@@ -208,25 +300,9 @@ async fn main() {
     );
     println!("  redis CPU            {redis_cpu_ms:.1} ms (the sweep's and the background's)");
     println!("  of which the walk    {walk_wall:.1?} wall, {walk_cpu_ms:.1} ms redis CPU (measured alone, before)");
-    println!("  longest redis answer {longest_wait:.1?} (a lookup sent every ms during the sweep)");
+    println!("  longest redis answer {longest_wait:.1?} (a PING every ms during the sweep, to each server in turn)");
     // The commands that took most of Redis's time (a script's own calls
     // are counted in it and again under their names).
-    let mut busiest: Vec<(String, f64, u64)> = stats
-        .lines()
-        .filter_map(|line| {
-            let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let field = |key: &str| {
-                fields
-                    .split(',')
-                    .find_map(|f| f.strip_prefix(key)?.parse::<f64>().ok())
-            };
-            Some((
-                name.to_owned(),
-                field("usec=")? / 1000.0,
-                field("calls=")? as u64,
-            ))
-        })
-        .collect();
     busiest.sort_by(|a, b| b.1.total_cmp(&a.1));
     for (name, ms, calls) in busiest.iter().take(6) {
         println!("    {name:<20} {ms:>7.1} ms in {calls} calls");
@@ -238,25 +314,7 @@ async fn main() {
         (memory_after - memory_before) as f64 / 1048576.0
     );
 
-    // Clean up our keys.
-    let mut keys: Vec<String> = Vec::new();
-    {
-        let mut scan = conn.clone();
-        let mut iter: redis::AsyncIter<String> =
-            redis::AsyncCommands::scan_match(&mut scan, format!("{prefix}*"))
-                .await
-                .unwrap();
-        while let Some(key) = iter.next_item().await {
-            keys.push(key.unwrap());
-        }
-    }
-    for chunk in keys.chunks(10_000) {
-        redis::cmd("UNLINK")
-            .arg(chunk)
-            .query_async::<()>(&mut conn)
-            .await
-            .unwrap();
-    }
+    servers.delete_prefix(&prefix).await;
     let ids: Vec<String> = (0..expired).map(|i| format!("{run}-exp-{i}")).collect();
     let pool = sqlx::PgPool::connect(&database_url).await.unwrap();
     sqlx::query("DELETE FROM session_archive WHERE session_id = ANY($1)")
