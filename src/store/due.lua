@@ -32,32 +32,30 @@ while found < limit and live < lookahead and read < most do
   for _, entry in ipairs(entries) do
     read = read + 1
     local ends, id = string.match(entry, '^(%-?%d+)\t(.*)$')
-    if ends then
+    -- Where an ended session goes: a dated entry's end is the caller's
+    -- to check, a plain id's is read (and checked) here.
+    local into = dated
+    if not ends then
+      id, into = entry, checked
+      local bucket = group .. 'mappings:' .. string.sub(redis.sha1hex(id), 1, 4)
+      local value = redis.call('HGET', bucket, id)
+      local on
+      if value then
+        on, ends = string.match(value, '^(%d+):%-?%d+:(%-?%d+)$')
+      end
+      if on ~= number then
+        strays[#strays + 1] = id
+        into = nil
+      end
+    end
+    if into then
       if tonumber(ends) > by then
         live = live + 1
       elseif not seen[id] then
         seen[id] = true
         found = found + 1
-        dated[#dated + 1] = id
-        dated[#dated + 1] = ends
-      end
-    else
-      id = entry
-      local bucket = group .. 'mappings:' .. string.sub(redis.sha1hex(id), 1, 4)
-      local value = redis.call('HGET', bucket, id)
-      local on, exp
-      if value then
-        on, exp = string.match(value, '^(%d+):%-?%d+:(%-?%d+)$')
-      end
-      if on ~= number then
-        strays[#strays + 1] = id
-      elseif tonumber(exp) > by then
-        live = live + 1
-      elseif not seen[id] then
-        seen[id] = true
-        found = found + 1
-        checked[#checked + 1] = id
-        checked[#checked + 1] = exp
+        into[#into + 1] = id
+        into[#into + 1] = ends
       end
     end
     if found >= limit or live >= lookahead or read >= most then

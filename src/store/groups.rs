@@ -65,12 +65,19 @@ fn group_index(group: &str) -> usize {
     usize::from_str_radix(group, 16).unwrap_or(usize::MAX)
 }
 
+/// What the sweep's reads of a node's indexes fail with.
+const EXPIRING: &str = "reading a node's expiring sessions from Redis";
+
 /// A reply of the sweep's reads, as `T`.
 fn from_value<T: redis::FromRedisValue>(value: redis::Value) -> StoreResult<T> {
     redis::from_redis_value(value)
         .map_err(redis::RedisError::from)
-        .context("reading a node's expiring sessions from Redis")
+        .context(EXPIRING)
 }
+
+/// What due.lua finds in lists of plain ids: ended dated entries (not yet
+/// checked against their mappings), ended plain ids (checked), strays.
+type PlainWalk = (Vec<(String, i64)>, Vec<(String, i64)>, Vec<String>);
 
 /// Every group's name, `00` to `ff`.
 fn all_groups() -> impl Iterator<Item = String> {
@@ -269,7 +276,6 @@ impl SessionStore {
         };
         let per_group = limit.min(MAX_DUE_PER_GROUP);
         let most = per_group + MAX_STRAYS_PER_WALK;
-        const CONTEXT: &str = "reading a node's expiring sessions from Redis";
         let mut walks = vec![ListWalk::default(); GROUPS];
         let mut due: Vec<(String, i64)> = Vec::new();
         let mut dated: Vec<(String, i64, usize)> = Vec::new();
@@ -277,7 +283,7 @@ impl SessionStore {
 
         // Every list's head, and the zset beside it.
         let first: Vec<Vec<redis::Value>> = self
-            .query_groups(CONTEXT, |group, pipe| {
+            .query_groups(EXPIRING, |group, pipe| {
                 pipe.lrange(self.index_key(group, number), 0, FIRST_CHUNK as isize - 1);
                 pipe.zrangebyscore_limit_withscores(
                     self.earlier_index_key(group, number),
@@ -312,7 +318,7 @@ impl SessionStore {
                 break;
             }
             let more: Vec<Vec<Vec<String>>> = self
-                .query_groups(CONTEXT, |group, pipe| {
+                .query_groups(EXPIRING, |group, pipe| {
                     if let Some(&(start, stop)) = reads.get(&group_index(group)) {
                         pipe.lrange(self.index_key(group, number), start as isize, stop as isize);
                     }
@@ -332,7 +338,7 @@ impl SessionStore {
             dated.extend(walk.ended);
         }
         if !plain.is_empty() {
-            let (checked, unchecked, left) = self
+            let (unchecked, checked, left) = self
                 .walk_plain_lists(number, by_ms, per_group, &plain)
                 .await?;
             due.extend(checked);
@@ -366,17 +372,14 @@ impl SessionStore {
     }
 
     /// due.lua over the lists of `groups` (indexes), which hold plain ids
-    /// of the release before: (ended sessions checked against their
-    /// mappings, ended dated entries to be checked, strays). Loads the
-    /// script where Redis lost it.
-    #[allow(clippy::type_complexity)]
+    /// of the release before. Loads the script where Redis lost it.
     async fn walk_plain_lists(
         &self,
         number: u64,
         by_ms: i64,
         per_group: usize,
         groups: &std::collections::HashSet<usize>,
-    ) -> StoreResult<(Vec<(String, i64)>, Vec<(String, i64)>, Vec<String>)> {
+    ) -> StoreResult<PlainWalk> {
         const CONTEXT: &str = "walking a node's lists of plain ids in Redis";
         let walk = |group: &str, pipe: &mut redis::Pipeline| {
             if groups.contains(&group_index(group)) {
@@ -414,15 +417,14 @@ impl SessionStore {
                 .await
                 .context("loading the sweep's script into Redis")?;
         }
-        let (mut checked, mut unchecked, mut strays) = (Vec::new(), Vec::new(), Vec::new());
+        let mut all = PlainWalk::default();
         for walked in found.into_iter().flatten() {
-            type Walked = (Vec<(String, i64)>, Vec<(String, i64)>, Vec<String>);
-            let (dated, plain, left): Walked = from_value(walked)?;
-            unchecked.extend(dated);
-            checked.extend(plain);
-            strays.extend(left);
+            let (dated, plain, strays): PlainWalk = from_value(walked)?;
+            all.0.extend(dated);
+            all.1.extend(plain);
+            all.2.extend(strays);
         }
-        Ok((checked, unchecked, strays))
+        Ok(all)
     }
 
     /// Every session mapped to a node. O(sessions of the node): its index

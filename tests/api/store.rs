@@ -243,6 +243,26 @@ async fn active_sessions(app: &common::TestApp, address: &str) -> Option<u64> {
         .and_then(|n| n["active_sessions"].as_u64())
 }
 
+/// Writes `id`'s mapping to node `number`, base 0, ending at `exp`, as
+/// every release writes it; returns its group.
+async fn write_mapping(
+    store: &nodes_control::store::SessionStore,
+    id: &str,
+    number: u64,
+    exp: i64,
+) -> String {
+    let bucket = bucket_of(id);
+    let group = bucket[..2].to_owned();
+    let _: i64 = on_owner(
+        redis::cmd("HSET")
+            .arg(store.group_key(&group, &["mappings", &bucket]))
+            .arg(id)
+            .arg(format!("{number}:0:{exp}")),
+    )
+    .await;
+    group
+}
+
 /// A session an earlier release placed: its mapping, and its entry in the
 /// zset index that release kept (`expiring:{number}`, scored by its end).
 async fn place_as_earlier_release(
@@ -251,18 +271,10 @@ async fn place_as_earlier_release(
     number: u64,
     exp: i64,
 ) {
-    let bucket = bucket_of(id);
-    let group = &bucket[..2];
-    let _: i64 = on_owner(
-        redis::cmd("HSET")
-            .arg(store.group_key(group, &["mappings", &bucket]))
-            .arg(id)
-            .arg(format!("{number}:0:{exp}")),
-    )
-    .await;
+    let group = write_mapping(store, id, number, exp).await;
     let _: i64 = on_owner(
         redis::cmd("ZADD")
-            .arg(store.group_key(group, &["expiring", &number.to_string()]))
+            .arg(store.group_key(&group, &["expiring", &number.to_string()]))
             .arg(exp)
             .arg(id),
     )
@@ -431,18 +443,10 @@ async fn place_as_release_before(
     number: u64,
     exp: i64,
 ) {
-    let bucket = bucket_of(id);
-    let group = &bucket[..2];
-    let _: i64 = on_owner(
-        redis::cmd("HSET")
-            .arg(store.group_key(group, &["mappings", &bucket]))
-            .arg(id)
-            .arg(format!("{number}:0:{exp}")),
-    )
-    .await;
+    let group = write_mapping(store, id, number, exp).await;
     let _: i64 = on_owner(
         redis::cmd("RPUSH")
-            .arg(store.group_key(group, &["due", &number.to_string()]))
+            .arg(store.group_key(&group, &["due", &number.to_string()]))
             .arg(id),
     )
     .await;
@@ -469,14 +473,7 @@ async fn each_list_entry_carries_its_sessions_end_so_the_walk_reads_the_list_alo
     // The walk trusts the end in the entry: a mapping whose end was moved
     // behind the list's back (no release does that) is not swept before
     // the entry's end.
-    let bucket = bucket_of(&ids[0]);
-    let _: i64 = on_owner(
-        redis::cmd("HSET")
-            .arg(store.group_key(&bucket[..2], &["mappings", &bucket]))
-            .arg(&ids[0])
-            .arg(format!("{number}:0:{}", now_ms() - 1_000)),
-    )
-    .await;
+    write_mapping(store, &ids[0], number, now_ms() - 1_000).await;
     assert_eq!(
         store
             .expiring(&nodes[0].address, now_ms(), 100)
