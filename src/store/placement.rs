@@ -347,3 +347,179 @@ fn client_error(context: &'static str, what: &'static str) -> StoreError {
         source: redis::RedisError::from((redis::ErrorKind::Client, what)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    /// How placements were chosen before the batch's view of `placeable`
+    /// (prelude.lua's `batch_counter`): the zset asked for its lowest
+    /// member, and told of each move, one placement at a time. ARGV: one
+    /// preferred node ('' for none) a placement.
+    const ONE_AT_A_TIME: &str = r"
+        local chosen = {}
+        for i = 1, #ARGV do
+          local node
+          if ARGV[i] ~= '' and redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+            node = ARGV[i]
+          else
+            node = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
+          end
+          chosen[i] = node or ''
+          if node then
+            local count = redis.call('HINCRBY', KEYS[2], node, 1)
+            local weight = tonumber(redis.call('HGET', KEYS[3], node)) or 1
+            redis.call('ZADD', KEYS[1], count / weight, node)
+          end
+        end
+        return chosen";
+
+    /// The same placements decided from one batch's view.
+    fn batched() -> redis::Script {
+        redis::Script::new(&format!(
+            "{}\n{}",
+            include_str!("prelude.lua"),
+            r"
+            local counter = batch_counter(KEYS[1], KEYS[2], KEYS[3], KEYS[4], #ARGV)
+            local chosen = {}
+            for i = 1, #ARGV do
+              local node = choose_node(counter, '', ARGV[i])
+              chosen[i] = node or ''
+              if node then
+                counter.one_more(node)
+              end
+            end
+            counter.settle()
+            return chosen"
+        ))
+    }
+
+    /// Names whose order as bytes and in a locale's collation differ.
+    const NAMES: [&str; 10] = [
+        "http://a:1",
+        "http://B:1",
+        "http://b:1",
+        "http://a-b:1",
+        "http://ab:1",
+        "http://a.b:1",
+        "http://A:1",
+        "http://aa:1",
+        "http://a:10",
+        "http://a:2",
+    ];
+
+    /// A node: its name, its count, its weight (none recorded: 1), and
+    /// whether it is up (in `placeable`).
+    type Node = (usize, u32, Option<u32>, bool);
+
+    fn nodes() -> impl Strategy<Value = Vec<Node>> {
+        proptest::sample::subsequence((0..NAMES.len()).collect::<Vec<_>>(), 1..=NAMES.len())
+            .prop_flat_map(|names| {
+                let n = names.len();
+                (
+                    Just(names),
+                    proptest::collection::vec(
+                        (
+                            0u32..6,
+                            proptest::option::of(1u32..4),
+                            proptest::bool::weighted(0.8),
+                        ),
+                        n,
+                    ),
+                )
+            })
+            .prop_map(|(names, rest)| {
+                names
+                    .into_iter()
+                    .zip(rest)
+                    .map(|(name, (count, weight, up))| (name, count, weight, up))
+                    .collect()
+            })
+    }
+
+    /// One preferred node a placement ('' mostly: least sessions).
+    fn preferred() -> impl Strategy<Value = Vec<String>> {
+        let one = prop_oneof![
+            7 => Just(String::new()),
+            3 => (0..NAMES.len()).prop_map(|i| NAMES[i].to_owned()),
+        ];
+        proptest::collection::vec(one, 1..=12)
+    }
+
+    /// Writes the nodes under `prefix`; returns placeable, counts, weights,
+    /// numbers (the keys both scripts are given).
+    fn write_nodes(conn: &mut redis::Connection, prefix: &str, nodes: &[Node]) -> [String; 4] {
+        let keys = ["placeable", "counts", "weights", "numbers"].map(|k| format!("{prefix}{k}"));
+        for &(name, count, weight, up) in nodes {
+            let name = NAMES[name];
+            let mut pipe = redis::pipe();
+            pipe.hset(&keys[1], name, count);
+            if let Some(weight) = weight {
+                pipe.hset(&keys[2], name, weight);
+            }
+            if up {
+                pipe.zadd(
+                    &keys[0],
+                    name,
+                    f64::from(count) / f64::from(weight.unwrap_or(1)),
+                );
+            }
+            pipe.exec(conn).unwrap();
+        }
+        keys
+    }
+
+    /// `placeable` by score, then the counts by node.
+    type State = (Vec<(String, f64)>, Vec<(String, u32)>);
+
+    fn state(conn: &mut redis::Connection, keys: &[String; 4]) -> State {
+        let placeable: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(&keys[0])
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query(conn)
+            .unwrap();
+        let mut counts: Vec<(String, u32)> =
+            redis::cmd("HGETALL").arg(&keys[1]).query(conn).unwrap();
+        counts.sort();
+        (placeable, counts)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// A batch decides each placement exactly as the zset did one
+        /// placement at a time: the same nodes in the same order (ties by
+        /// the names' bytes, whatever the server's locale), the same
+        /// scores and counts after, with more nodes up than the batch can
+        /// reach and with fewer.
+        #[test]
+        fn a_batch_chooses_as_the_zset_did_one_placement_at_a_time(nodes in nodes(), preferred in preferred()) {
+            let client = redis::Client::open(format!("redis://{}", testkit::single_redis_addr())).unwrap();
+            let mut conn = client.get_connection().unwrap();
+            let tag = format!("batch-view:{}:{}", std::process::id(), uuid::Uuid::new_v4());
+            let before = write_nodes(&mut conn, &format!("{tag}:before:"), &nodes);
+            let now = write_nodes(&mut conn, &format!("{tag}:now:"), &nodes);
+            let (one_script, batch_script) = (redis::Script::new(ONE_AT_A_TIME), batched());
+            let mut one = one_script.prepare_invoke();
+            let mut batch = batch_script.prepare_invoke();
+            for key in &before[..3] {
+                one.key(key);
+            }
+            for key in &now {
+                batch.key(key);
+            }
+            for p in &preferred {
+                one.arg(p);
+                batch.arg(p);
+            }
+            let expected: Vec<String> = one.invoke(&mut conn).unwrap();
+            let chosen: Vec<String> = batch.invoke(&mut conn).unwrap();
+            let (expected_state, state_now) = (state(&mut conn, &before), state(&mut conn, &now));
+            let _: () = redis::cmd("DEL").arg(&before).arg(&now).query(&mut conn).unwrap();
+            prop_assert_eq!(chosen, expected);
+            prop_assert_eq!(state_now, expected_state);
+        }
+    }
+}
