@@ -22,7 +22,7 @@
 -- registry or the group is not complete, {-2} when the chosen node has no
 -- number (registered by an older release), false when no node is up.
 local registry_complete = redis.call('EXISTS', KEYS[2]) == 1
-local counter = batch_counter(KEYS[1], KEYS[3], KEYS[5], KEYS[4], (#KEYS - 7) / 2)
+local counter = batch_counter(KEYS[1], KEYS[3], KEYS[5], KEYS[4])
 local mode = index_mode(KEYS[6], KEYS[7])
 
 local function place(bucket, group_epoch, group, id, base, expires_at, stale, preferred, unknown)
@@ -41,7 +41,7 @@ local function place(bucket, group_epoch, group, id, base, expires_at, stale, pr
     local number, kept_base, exp = unpack_mapping(current)
     return {0, tonumber(number), tonumber(kept_base), tonumber(exp)}
   end
-  local node = choose_node(counter, stale, preferred)
+  local node = choose_node(KEYS[1], stale, preferred)
   if not node then
     return false
   end

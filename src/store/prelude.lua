@@ -142,82 +142,20 @@ local function load_of(weights, addr, count)
   return count / (tonumber(redis.call('HGET', weights, addr)) or 1)
 end
 
--- A sorted set orders members of equal score by their bytes; Lua's `<`
--- on strings follows the server's locale, so the order is spelt out.
-local function before(a, b)
-  for i = 1, math.min(#a, #b) do
-    local x, y = string.byte(a, i), string.byte(b, i)
-    if x ~= y then
-      return x < y
-    end
-  end
-  return #a < #b
-end
-
--- The counting of one batch of `choices` placements (place.lua,
--- reserve.lua). A node's count, weight and number are read once a batch
--- and kept here as the count moves; so is `placeable`, the zset of up
--- nodes scored by `load_of`: its `choices` lowest members are read once,
--- and any other node the batch touches is read when it does. Each choice
--- is made from that view, exactly as from the zset after the choices
--- before it (a node outside the view scores at least as much as each of
--- the lowest `choices`, and fewer choices than that came before, so one
--- of those is still as low as when read). The counts and scores are
--- written once per node when the batch ends (`settle`).
-local function batch_counter(placeable, counts, weights, numbers, choices)
+-- The counting of one batch of placements (place.lua, reserve.lua): a
+-- node's count is read once a batch and kept here as it moves, each move
+-- scores the node again in `placeable` from its count (so the next choice
+-- of the batch sees it, exactly as it would after a script of its own),
+-- and the counts are written once per node when the batch ends
+-- (`settle`). Weights and node numbers are read once a batch too.
+local function batch_counter(placeable, counts, weights, numbers)
   local weight_of, number_of, count_of, moved = {}, {}, {}, {}
-  -- The view of `placeable`: node -> score (false: not placeable), the
-  -- placeable nodes in it, and the nodes whose score moved.
-  local score_of, viewed, rescored = {}, {}, {}
-  -- Each viewed node's place in the order of their names (which breaks
-  -- ties of score), worked out when a choice needs it after the view grew,
-  -- not once a choice. `ranked`: how many viewed nodes it covers.
-  local rank, ranked = {}, 0
-  local function rank_viewed()
-    if ranked == #viewed then
-      return
-    end
-    local names = {}
-    for i, node in ipairs(viewed) do
-      names[i] = node
-    end
-    table.sort(names, before)
-    for i, node in ipairs(names) do
-      rank[node] = i
-    end
-    ranked = #viewed
-  end
-  choices = math.max(choices, 1)
-  local lowest = redis.call('ZRANGE', placeable, 0, choices - 1, 'WITHSCORES')
-  for i = 1, #lowest, 2 do
-    score_of[lowest[i]] = tonumber(lowest[i + 1])
-    viewed[#viewed + 1] = lowest[i]
-  end
-  -- Fewer than asked for: the view holds every placeable node.
-  local whole = #lowest < 2 * choices
   local counter = {}
   local function weight(node)
     if not weight_of[node] then
       weight_of[node] = tonumber(redis.call('HGET', weights, node)) or 1
     end
     return weight_of[node]
-  end
-  -- The node's score in the view, false if it is not placeable.
-  local function score(node)
-    if score_of[node] == nil then
-      local read = not whole and redis.call('ZSCORE', placeable, node)
-      score_of[node] = read and tonumber(read) or false
-      if read then
-        viewed[#viewed + 1] = node
-      end
-    end
-    return score_of[node]
-  end
-  -- (Redis sends a Lua number to `ZADD` with all its digits: the view
-  -- and the zset agree.)
-  local function rescore(node, count)
-    score_of[node] = count / weight(node)
-    rescored[node] = true
   end
   -- The node's number, false if it has none.
   function counter.number(node)
@@ -233,27 +171,13 @@ local function batch_counter(placeable, counts, weights, numbers, choices)
     end
     return count_of[node] and count_of[node] + (moved[node] or 0)
   end
-  -- Whether `node` is up (placeable).
-  function counter.placeable(node)
-    return score(node) ~= false
+  local function move(node, by)
+    moved[node] = (moved[node] or 0) + by
+    redis.call('ZADD', placeable, (counter.count(node) or moved[node]) / weight(node), node)
   end
-  -- The placeable node with the lowest score (of equal ones, the first by
-  -- name, as the zset orders them); nil when none is.
-  function counter.least()
-    rank_viewed()
-    local best, best_score
-    for _, node in ipairs(viewed) do
-      local s = score_of[node]
-      if s and (not best or s < best_score or (s == best_score and rank[node] < rank[best])) then
-        best, best_score = node, s
-      end
-    end
-    return best
-  end
-  -- One more session on `node`, a placeable node.
+  -- One more session on `node`, an up node.
   function counter.one_more(node)
-    moved[node] = (moved[node] or 0) + 1
-    rescore(node, counter.count(node) or moved[node])
+    move(node, 1)
   end
   -- One session fewer on `node` (never below zero); rescored only if it
   -- is placeable.
@@ -261,15 +185,12 @@ local function batch_counter(placeable, counts, weights, numbers, choices)
     local count = counter.count(node)
     if count and count > 0 then
       moved[node] = (moved[node] or 0) - 1
-      if score(node) then
-        rescore(node, count - 1)
+      if redis.call('ZSCORE', placeable, node) then
+        redis.call('ZADD', placeable, (count - 1) / weight(node), node)
       end
     end
   end
   function counter.settle()
-    for node in pairs(rescored) do
-      redis.call('ZADD', placeable, score_of[node], node)
-    end
     for node, by in pairs(moved) do
       if by ~= 0 then
         redis.call('HINCRBY', counts, node, by)
@@ -282,10 +203,10 @@ end
 -- The node a new session goes to: `preferred` (the caller's strategy's
 -- choice) if it is up and not `stale` (a node the caller saw fail), else
 -- the up node with the fewest active sessions per unit of weight; nil when
--- no node is up. `counter` is the batch's (batch_counter).
-local function choose_node(counter, stale, preferred)
-  if preferred ~= '' and preferred ~= stale and counter.placeable(preferred) then
+-- no node is up. `placeable` is the zset of up nodes scored by `load_of`.
+local function choose_node(placeable, stale, preferred)
+  if preferred ~= '' and preferred ~= stale and redis.call('ZSCORE', placeable, preferred) then
     return preferred
   end
-  return counter.least()
+  return redis.call('ZRANGE', placeable, 0, 0)[1]
 end

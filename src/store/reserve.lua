@@ -28,11 +28,11 @@
 -- the chosen node has no number (registered by an older release).
 local answers = {}
 local complete = redis.call('EXISTS', KEYS[2]) == 1
-local counter = batch_counter(KEYS[1], KEYS[3], KEYS[5], KEYS[4], #ARGV / 2)
+local counter = batch_counter(KEYS[1], KEYS[3], KEYS[5], KEYS[4])
 local mode = index_mode(KEYS[6], KEYS[7])
 for i = 1, #ARGV / 2 do
   local stale, preferred = ARGV[2 * i - 1], ARGV[2 * i]
-  local node = complete and choose_node(counter, stale, preferred)
+  local node = complete and choose_node(KEYS[1], stale, preferred)
   local number = node and counter.number(node)
   if not complete then
     answers[i] = {'', -1, '', 0}
