@@ -9,15 +9,16 @@
 -- replica's clean took meanwhile costs that much to miss, not the list.
 -- KEYS: the node's indexes in the groups of the ids and the ids' buckets
 -- (one group per call on a cluster, every group at once on one Redis).
--- ARGV: key prefix, the node's number, then per entry: the entry and how
--- far from the head the walk saw it (0: not known, the whole list).
+-- ARGV: the node's number, then per entry: the entry, how far from the
+-- head the walk saw it (0: not known, the whole list) and its keys'
+-- places (`session_keys`).
 -- Returns how many entries were dropped.
-local prefix, number = ARGV[1], ARGV[2]
+local number = ARGV[1]
 local dropped = 0
-for i = 3, #ARGV, 2 do
+for i = 2, #ARGV, 4 do
   local entry, seen_at = ARGV[i], tonumber(ARGV[i + 1])
   local id, ends = parse_entry(entry)
-  local bucket, due = session_keys(prefix, id, number)
+  local bucket, due = session_keys(ARGV[i + 2], ARGV[i + 3])
   local value = redis.call('HGET', bucket, id)
   local on, _, exp
   if value then

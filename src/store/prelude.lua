@@ -2,18 +2,16 @@
 -- mappings (prepended by `mapping_script` in store/mod.rs, where the
 -- layout is described).
 
--- The bucket a session's mapping lives in and its node's two indexes in
--- the session's group (`P{s:gg}`, gg the first two hex digits of
--- SHA-1(id)): the list this release appends to (`due:n`) and the zset an
--- earlier release wrote (`expiring:n`, read and emptied beside the list,
--- written only while `earlier_release` is set: `index_new_session`).
--- The bucket is named by the first four digits (`mapping_bucket` in
--- groups.rs agrees, and the caller declares the same keys).
-local function session_keys(prefix, id, number)
-  local digest = redis.sha1hex(id)
-  local group = prefix .. '{s:' .. string.sub(digest, 1, 2) .. '}'
-  return group .. 'mappings:' .. string.sub(digest, 1, 4), group .. 'due:' .. number,
-    group .. 'expiring:' .. number
+-- A session's keys, given by their places in KEYS (store/sessions.rs,
+-- `SessionKeys`, works them out from SHA-1 of the id, as groups.rs lays
+-- them out): its mapping's bucket, and its node's two indexes in its
+-- group, declared one after the other: the list this release appends to
+-- (`due:n`) and the zset an earlier release wrote (`expiring:n`, read and
+-- emptied beside the list, written only while `earlier_release` is set:
+-- `index_new_session`).
+local function session_keys(bucket_at, indexes_at)
+  local indexes = tonumber(indexes_at)
+  return KEYS[tonumber(bucket_at)], KEYS[indexes], KEYS[indexes + 1]
 end
 
 -- An entry of a node's list: `{end, ms}\t{id}`, the session's end before

@@ -160,30 +160,24 @@ impl SessionStore {
         }
     }
 
-    /// Declares, for a script over sessions of node `number` (a cluster
+    /// The keys of a script over sessions of node `number` (a cluster
     /// needs every key a script touches named): each id's bucket and the
-    /// node's two indexes in its group, each key once.
-    fn declare_session_keys<'a>(
-        &self,
-        invocation: &mut redis::ScriptInvocation<'_>,
-        number: u64,
-        ids: impl Iterator<Item = &'a str>,
-    ) {
-        let mut keys: Vec<String> = ids
-            .flat_map(|id| {
-                let bucket = mapping_bucket(id);
-                [
-                    self.index_key(&bucket[..2], number),
-                    self.earlier_index_key(&bucket[..2], number),
-                    self.group_key(&bucket[..2], &["mappings", &bucket]),
-                ]
-            })
-            .collect();
-        keys.sort_unstable();
-        keys.dedup();
-        for key in keys {
-            invocation.key(key);
+    /// node's two indexes in its group, each key once. Worked out here, so
+    /// that the script finds a session's keys by their places in KEYS
+    /// (prelude.lua's `session_keys`) instead of hashing the id again.
+    fn session_keys<'a>(&self, number: u64, ids: impl Iterator<Item = &'a str>) -> SessionKeys {
+        let mut keys = SessionKeys::default();
+        for id in ids {
+            let bucket = mapping_bucket(id);
+            let group = &bucket[..2];
+            let indexes = keys.place_pair(
+                self.index_key(group, number),
+                self.earlier_index_key(group, number),
+            );
+            let bucket = keys.place(self.group_key(group, &["mappings", &bucket]));
+            keys.of.push((bucket, indexes));
         }
+        keys
     }
 
     /// Drops `entries` (plain ids or dated entries, each with how far from
@@ -218,14 +212,15 @@ impl SessionStore {
         };
         let calls = calls.into_iter().map(|entries| {
             let mut invocation = self.scripts.drop_strays.prepare_invoke();
-            self.declare_session_keys(
-                &mut invocation,
-                number,
-                entries.iter().map(|(entry, _)| entry_id(entry)),
-            );
-            invocation.arg(self.prefix.as_ref()).arg(number);
-            for (entry, seen_at) in &entries {
-                invocation.arg(entry.as_str()).arg(*seen_at);
+            let keys = self.session_keys(number, entries.iter().map(|(entry, _)| entry_id(entry)));
+            keys.declare(&mut invocation);
+            invocation.arg(number);
+            for ((entry, seen_at), (bucket, indexes)) in entries.iter().zip(&keys.of) {
+                invocation
+                    .arg(entry.as_str())
+                    .arg(*seen_at)
+                    .arg(*bucket)
+                    .arg(*indexes);
             }
             async move {
                 invocation
@@ -283,18 +278,23 @@ impl SessionStore {
                     .map(|entry| entry_id(entry))
                     .chain(rebased.iter().map(|(id, _)| id.as_str()))
             };
-            self.declare_session_keys(&mut invocation, number, ids());
+            let keys = self.session_keys(number, ids());
+            keys.declare(&mut invocation);
             invocation
                 .arg(guard.as_str())
                 .arg(token.as_str())
-                .arg(self.prefix.as_ref())
                 .arg(number)
                 .arg(leaving.len());
-            for id in &leaving {
-                invocation.arg(id.as_str());
+            let (leaving_keys, rebased_keys) = keys.of.split_at(leaving.len());
+            for (entry, (bucket, indexes)) in leaving.iter().zip(leaving_keys) {
+                invocation.arg(entry.as_str()).arg(*bucket).arg(*indexes);
             }
-            for (id, base) in &rebased {
-                invocation.arg(id.as_str()).arg(*base);
+            for ((id, base), (bucket, indexes)) in rebased.iter().zip(rebased_keys) {
+                invocation
+                    .arg(id.as_str())
+                    .arg(*base)
+                    .arg(*bucket)
+                    .arg(*indexes);
             }
             async move {
                 invocation
@@ -320,6 +320,43 @@ impl SessionStore {
             }
         }
         (unmapped, None)
+    }
+}
+
+/// A script's keys, each once, and where each of its sessions finds its
+/// own: (its bucket, its node's list, followed by the node's zset), as
+/// places in KEYS from 1.
+#[derive(Default)]
+struct SessionKeys {
+    keys: Vec<String>,
+    placed: HashMap<String, usize>,
+    of: Vec<(usize, usize)>,
+}
+
+impl SessionKeys {
+    fn place(&mut self, key: String) -> usize {
+        if let Some(&at) = self.placed.get(&key) {
+            return at;
+        }
+        self.keys.push(key.clone());
+        self.placed.insert(key, self.keys.len());
+        self.keys.len()
+    }
+
+    /// Two keys side by side (a group's list and zset of one node).
+    fn place_pair(&mut self, first: String, second: String) -> usize {
+        if let Some(&at) = self.placed.get(&first) {
+            return at;
+        }
+        let at = self.place(first);
+        self.place(second);
+        at
+    }
+
+    fn declare(&self, invocation: &mut redis::ScriptInvocation<'_>) {
+        for key in &self.keys {
+            invocation.key(key);
+        }
     }
 }
 

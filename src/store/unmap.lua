@@ -7,23 +7,24 @@
 -- KEYS: the node's indexes in those groups (its lists and an earlier
 -- release's zsets) and the buckets of the ids.
 -- ARGV: the node lock's key ('' on a cluster, where the caller checked it)
--- and its holder's token, key prefix, number, count of leaving ids L, L ids
--- (or list entries), id/base pairs.
+-- and its holder's token, the node's number, count of leaving ids L; then
+-- L times an id (or a list entry) and its keys' places (`session_keys`);
+-- then id, new base and the id's keys' places for each session re-based.
 -- Returns the ids unmapped; nothing changes if the lock is another's.
 if ARGV[1] ~= '' and redis.call('GET', ARGV[1]) ~= ARGV[2] then
   return redis.error_reply('LOCKLOST the node lock is held by another operation')
 end
-local prefix, number, n = ARGV[3], ARGV[4], tonumber(ARGV[5])
+local number, n = ARGV[3], tonumber(ARGV[4])
 local unmapped = {}
 local hints = index_hints()
-for i = 6, 5 + n do
+for i = 5, 4 + 3 * n, 3 do
   -- An id, or an entry as the node's list holds it (a failover names
   -- what it read there, strays included).
   local entry, id = ARGV[i], ARGV[i]
   if string.find(entry, '\t', 1, true) then
     id = parse_entry(entry)
   end
-  local key, due, expiring = session_keys(prefix, id, number)
+  local key, due, expiring = session_keys(ARGV[i + 1], ARGV[i + 2])
   local value = redis.call('HGET', key, id)
   local on, _, exp
   if value then
@@ -43,9 +44,9 @@ for i = 6, 5 + n do
     end
   end
 end
-for i = 6 + n, #ARGV, 2 do
+for i = 5 + 3 * n, #ARGV, 4 do
   local id = ARGV[i]
-  local key = session_keys(prefix, id, number)
+  local key = session_keys(ARGV[i + 2], ARGV[i + 3])
   local value = redis.call('HGET', key, id)
   if value then
     local on, _, exp = unpack_mapping(value)
