@@ -47,7 +47,9 @@ pub(super) fn mapping_bucket(session_id: &str) -> String {
 
 /// The session id of an entry of a node's list: a dated entry is
 /// `{end, ms}\t{id}` (prelude.lua), a plain one (appended by the release
-/// before) the id alone. Ids hold no tab.
+/// before) the id alone. Ids hold no tab. Agrees with prelude.lua's
+/// `parse_entry` on every entry written (ends are i64s, written without a
+/// sign but a minus): the scripts read a session's keys where this says.
 pub(super) fn entry_id(entry: &str) -> &str {
     match entry.split_once('\t') {
         Some((end, id)) if end.parse::<i64>().is_ok() => id,

@@ -362,7 +362,7 @@ impl SessionKeys {
 
 /// Most sessions (or list entries) one `unmap.lua` or `drop_strays.lua`
 /// call names. A script holds Redis's one thread while it runs, about
-/// 7 µs a session, so a sweep's or a removal's thousands (and a clean-all
+/// 6 µs a session, so a sweep's or a removal's thousands (and a clean-all
 /// node's re-based live sessions, all of them) go in slices of a few
 /// milliseconds, between which other clients' commands (the presses'
 /// lookups and placements) are served.
@@ -440,6 +440,38 @@ mod tests {
         );
         assert_eq!(unpack_mapping("7:3"), None);
         assert_eq!(unpack_mapping("x:3:4"), None);
+    }
+
+    /// Each session finds its bucket and its node's list and zset in its
+    /// group at the places it is given (from 1, as Lua's KEYS), and a key
+    /// two sessions share is declared once.
+    #[tokio::test]
+    async fn each_session_finds_its_own_keys_at_the_places_it_is_given() {
+        let store = SessionStore::connect("redis://127.0.0.1:1", "t:").unwrap();
+        // A dated entry and a plain id of the same session, and others.
+        let entries = ["1796000000000\tu1", "u1", "u2", "u3", "u4"];
+        let keys = store.session_keys(7, entries.iter().map(|e| entry_id(e)));
+        assert_eq!(keys.of.len(), entries.len());
+        let mut unique = keys.keys.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), keys.keys.len(), "each key once");
+        for (entry, &(bucket, indexes)) in entries.iter().zip(&keys.of) {
+            let id = entry_id(entry);
+            let expected = mapping_bucket(id);
+            let group = &expected[..2];
+            assert_eq!(
+                keys.keys[bucket - 1],
+                store.group_key(group, &["mappings", &expected])
+            );
+            assert_eq!(keys.keys[indexes - 1], store.index_key(group, 7), "{id}");
+            assert_eq!(
+                keys.keys[indexes],
+                store.earlier_index_key(group, 7),
+                "{id}"
+            );
+        }
+        assert_eq!(keys.of[0], keys.of[1], "one session, one set of keys");
     }
 
     fn ids(n: usize) -> Vec<String> {
