@@ -258,6 +258,11 @@ impl NodeAdmin {
             if this.store.register_node(&record, false).await?.is_none() {
                 return Err(AdminError::Rebuilding);
             }
+            if state == NodeState::Up {
+                // A number is new unless Postgres kept the address's row
+                // (a removal that could not forget it), closed since.
+                this.store.open_to_new_sessions(&addr).await?;
+            }
             this.store.set_node_offers(&addr, record.offers).await?;
             this.table.upsert(&record);
             let offers = record.offers.describe();

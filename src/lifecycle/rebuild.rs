@@ -224,6 +224,13 @@ impl Rebuilder {
                     // it starts over all the same, with nothing mapped.
                     self.store.set_node_state(&addr, state, &[]).await?;
                 }
+                // Open to new sessions as it is up (a failover of the node
+                // may have closed it in a group after the groups were wiped).
+                if state == NodeState::Up {
+                    self.store.open_to_new_sessions(&addr).await?;
+                } else {
+                    self.store.close_to_new_sessions(&addr).await?;
+                }
                 self.store.set_node_offers(&addr, record.offers).await?;
                 self.store.set_node_epoch(&addr, epoch).await?;
                 self.store.tally(std::slice::from_ref(&record)).await?;

@@ -14,7 +14,7 @@ use tracing::{info, warn};
 
 use super::cleaner::{CleanError, CleanReport, NodeCleaner};
 use crate::clock::Clock;
-use crate::store::{SessionStore, StoreError};
+use crate::store::{NodeRecord, NodeState, SessionStore, StoreError};
 
 /// Most sessions one sweep takes on; the rest wait for the next round.
 pub const MAX_PER_SWEEP: usize = 100_000;
@@ -143,6 +143,7 @@ impl Sweeper {
         // The counts placement goes by, made exact again (a placement that
         // lost a race, or whose replica died, may have left one too many).
         self.store.tally(&nodes).await?;
+        self.reopen_closed(&nodes).await?;
         if report.expired > 0 {
             info!(
                 expired = report.expired,
@@ -154,6 +155,26 @@ impl Sweeper {
         }
         metrics::counter!("nodes_control_sessions_expired_total").increment(report.unmapped as u64);
         Ok(report)
+    }
+
+    /// Opens the up nodes a group still holds closed to new sessions (on a
+    /// cluster: their claims are refused, so they would get none).
+    async fn reopen_closed(&self, nodes: &[NodeRecord]) -> Result<(), StoreError> {
+        let closed = self.store.closed_numbers().await?;
+        for node in nodes {
+            if node.state == NodeState::Up && closed.contains(&node.number) {
+                match self.cleaner.reopen(&node.address).await {
+                    Ok(true) => {
+                        warn!(node = %node.address, "node was up but closed to new sessions; opened")
+                    }
+                    Ok(false) => {}
+                    Err(error) => {
+                        warn!(node = %node.address, %error, "could not open a node to new sessions")
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// One node's part of a sweep: its expired sessions archived. `None`

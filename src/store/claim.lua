@@ -9,30 +9,44 @@
 -- (KEYS[3], a list the session is appended to): a mapping and its index
 -- entry come and go together.
 --
+-- A node a replica's view still offers after it left `placeable` (on a
+-- cluster the node is chosen from a view that may be a moment old:
+-- store/view.rs) is refused once it is closed in this group (KEYS[7]):
+-- every operation that moves a node's sessions off it closes it in every
+-- group before it reads the node's indexes, so no session is mapped to it
+-- behind that read.
+--
 -- KEYS[1] the session's bucket, KEYS[2] the group's epoch, KEYS[3] the
 -- chosen node's index in the group, KEYS[4] and KEYS[5] the stale node's
 -- index and the zset index an earlier release kept for it (any key of the
 -- group when there is none; the list is written only when the session is
 -- placed anew on that very node, see `leave_failed_node`), KEYS[6] the
--- chosen node's zset index.
+-- chosen node's zset index, KEYS[7] the numbers of the nodes closed to new
+-- sessions in the group.
 -- ARGV: group prefix, id, number, base, expires_at_ms, stale number (''),
 -- how the session is indexed (`index_mode`, which reserve.lua read: '0' a
 -- dated entry in the list, '1' the zset, '2' a plain id in the list).
 -- Returns {1, number, base, exp, replaced} when created (replaced: 1 if a
 -- mapping to the stale node was dropped), {0, number, base, exp, 0} for
 -- the mapping that stood, {-1} while the group is not complete (its
--- primary forgot it).
+-- primary forgot it), {-3} when the chosen node is closed here.
 if redis.call('EXISTS', KEYS[2]) == 0 then
   return {-1}
 end
 local id, stale = ARGV[2], ARGV[6]
 local current = redis.call('HGET', KEYS[1], id)
-local replaced = 0
+local number, base, exp
 if current then
-  local number, base, exp = unpack_mapping(current)
+  number, base, exp = unpack_mapping(current)
   if number and number ~= stale then
     return {0, tonumber(number), tonumber(base), tonumber(exp), 0}
   end
+end
+if redis.call('SISMEMBER', KEYS[7], ARGV[3]) == 1 then
+  return {-3}
+end
+local replaced = 0
+if current then
   if number then
     if number == ARGV[3] then
       -- Placed anew on the node it was on: its old entry goes (else the

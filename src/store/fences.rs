@@ -215,7 +215,12 @@ impl SessionStore {
     /// heartbeat keeps `earlier_release` (not listing: zsets) or
     /// `plain_entries` (not dated: lists of plain ids) set, and new
     /// sessions are indexed the way such a replica reads them
-    /// (docs/design.md, "An earlier release").
+    /// (docs/design.md, "An earlier release"). A replica missing from
+    /// `replicas_closing` (those that close a node to new sessions before
+    /// they move its sessions off it) keeps `unclosing` set the same way:
+    /// while it stands, a cluster replica reads its view before every
+    /// placement (view.rs), since such a replica's removals and failovers
+    /// do not close the node.
     pub async fn heartbeat(
         &self,
         replica: &str,
@@ -223,21 +228,25 @@ impl SessionStore {
     ) -> StoreResult<()> {
         redis::Script::new(&format!(
             "{REDIS_NOW}
-             for i = 1, 4 do
+             for i = 1, 5 do
                redis.call('ZADD', KEYS[i], now, ARGV[1])
                redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - 3600000)
              end
-             local zsets, plain = false, false
+             local zsets, plain, unclosing = false, false, false
              for _, heard in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
                if not zsets and not redis.call('ZSCORE', KEYS[3], heard) then
-                 redis.call('SET', KEYS[5], heard, 'PX', ARGV[2])
+                 redis.call('SET', KEYS[6], heard, 'PX', ARGV[2])
                  zsets = true
                end
                if not plain and not redis.call('ZSCORE', KEYS[4], heard) then
-                 redis.call('SET', KEYS[6], heard, 'PX', ARGV[2])
+                 redis.call('SET', KEYS[7], heard, 'PX', ARGV[2])
                  plain = true
                end
-               if zsets and plain then
+               if not unclosing and not redis.call('ZSCORE', KEYS[5], heard) then
+                 redis.call('SET', KEYS[8], heard, 'PX', ARGV[2])
+                 unclosing = true
+               end
+               if zsets and plain and unclosing then
                  break
                end
              end
@@ -247,8 +256,10 @@ impl SessionStore {
         .key(self.key(&["replicas_fencing"]))
         .key(self.key(&["replicas_listing"]))
         .key(self.key(&["replicas_dated"]))
+        .key(self.key(&["replicas_closing"]))
         .key(self.key(&["earlier_release"]))
         .key(self.key(&["plain_entries"]))
+        .key(self.key(&["unclosing"]))
         .arg(replica)
         .arg(earlier_mark.as_millis().max(1) as i64)
         .invoke_async::<i64>(&mut self.conn())
@@ -263,6 +274,7 @@ impl SessionStore {
             .zrem(self.key(&["replicas_fencing"]), replica)
             .zrem(self.key(&["replicas_listing"]), replica)
             .zrem(self.key(&["replicas_dated"]), replica)
+            .zrem(self.key(&["replicas_closing"]), replica)
             .query_async::<()>(&mut self.conn())
             .await
             .context("removing a replica from Redis")

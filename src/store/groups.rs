@@ -478,8 +478,9 @@ impl SessionStore {
 
     /// Sets every node's active-session count to the exact sum of its
     /// group indexes. Placement counts a session on its node before the
-    /// mapping exists (reserve.lua); a replica that died in between, or a
-    /// race it lost, leaves a count one too high until this runs.
+    /// mapping exists (place.lua; on a cluster the replica's view, settled
+    /// later: view.rs); a replica that died in between, or a race it lost,
+    /// leaves a count one too high until this runs.
     /// A weight Redis has not recorded for placement (a node an earlier
     /// release registered) is recorded from the node's own.
     pub async fn tally(&self, nodes: &[NodeRecord]) -> StoreResult<()> {
@@ -509,12 +510,21 @@ impl SessionStore {
     }
 
     /// Sets (or, with `add`, moves) registered nodes' counts; a weight given
-    /// is recorded where Redis has none (set_counts.lua).
+    /// is recorded where Redis has none (set_counts.lua). On a cluster a
+    /// move goes with the ones this replica's placements made (view.rs),
+    /// and those are settled before a count is set.
     pub(super) async fn set_counts(
         &self,
         add: bool,
         counts: &[(&str, i64, Option<u32>)],
     ) -> StoreResult<()> {
+        if self.cluster {
+            let moves: Vec<(&str, i64)> = counts.iter().map(|(a, n, _)| (*a, *n)).collect();
+            if add && counts.iter().all(|(_, _, weight)| weight.is_none()) {
+                return self.settle_counts(&moves).await;
+            }
+            self.settle_counts(&[]).await?;
+        }
         let mut invocation = self.scripts.set_counts.prepare_invoke();
         invocation
             .key(self.key(&["placeable"]))
@@ -564,7 +574,10 @@ impl SessionStore {
     /// nodes whose indexes to delete.
     pub async fn wipe_groups(&self, numbers: &[u64]) -> StoreResult<()> {
         self.query_groups::<redis::Value>("wiping the session groups in Redis", |group, pipe| {
-            let mut keys = vec![self.group_key(group, &["epoch"])];
+            let mut keys = vec![
+                self.group_key(group, &["epoch"]),
+                self.group_key(group, &["closed"]),
+            ];
             keys.extend((0..GROUPS).map(|bucket| {
                 self.group_key(group, &["mappings", &format!("{group}{bucket:02x}")])
             }));
@@ -578,6 +591,68 @@ impl SessionStore {
         })
         .await?;
         Ok(())
+    }
+
+    /// Closes a node to new sessions in every group, on a cluster, before
+    /// its sessions are read to be moved off it: a replica chooses from a
+    /// view that may be a moment old (view.rs), and from here on its claim
+    /// refuses the node (claim.lua), so no session is mapped to it behind
+    /// that read. A removed node stays closed (its number is never given
+    /// again), so a late view's claim cannot map to it either.
+    pub async fn close_to_new_sessions(&self, address: &str) -> StoreResult<()> {
+        let Some(number) = self.cluster_number(address).await? else {
+            return Ok(());
+        };
+        self.query_groups::<redis::Value>(
+            "closing a node to new sessions in Redis",
+            |group, pipe| {
+                pipe.sadd(self.group_key(group, &["closed"]), number);
+            },
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Opens a node that came up again to new sessions in every group.
+    pub async fn open_to_new_sessions(&self, address: &str) -> StoreResult<()> {
+        let Some(number) = self.cluster_number(address).await? else {
+            return Ok(());
+        };
+        self.query_groups::<redis::Value>(
+            "opening a node to new sessions in Redis",
+            |group, pipe| {
+                pipe.srem(self.group_key(group, &["closed"]), number);
+            },
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// The numbers of the nodes closed to new sessions in any group (on a
+    /// cluster; none on a single Redis), for the sweep to find a node up
+    /// but still closed: an opening that failed or came late.
+    pub async fn closed_numbers(&self) -> StoreResult<std::collections::HashSet<u64>> {
+        if !self.cluster {
+            return Ok(Default::default());
+        }
+        let closed: Vec<Vec<Vec<u64>>> = self
+            .query_groups(
+                "reading the nodes closed to new sessions in Redis",
+                |group, pipe| {
+                    pipe.smembers(self.group_key(group, &["closed"]));
+                },
+            )
+            .await?;
+        Ok(closed.into_iter().flatten().flatten().collect())
+    }
+
+    /// A node's number where groups close nodes: on a cluster only (a
+    /// single Redis checks `placeable` in the placement itself).
+    async fn cluster_number(&self, address: &str) -> StoreResult<Option<u64>> {
+        if !self.cluster {
+            return Ok(None);
+        }
+        self.node_number(address).await
     }
 
     /// Deletes a removed node's indexes (they are empty once its sessions

@@ -48,6 +48,7 @@ mod routes;
 mod sessions;
 mod target;
 mod timed;
+mod view;
 mod walk;
 
 use std::collections::HashMap;
@@ -138,10 +139,12 @@ pub struct SessionStore {
     /// Placements asked for at once go to Redis together (see
     /// [`placement`]).
     batchers: std::sync::Arc<placement::Batchers>,
+    /// On a cluster, where new sessions go (see [`view`]).
+    view: std::sync::Arc<view::PlacementView>,
 }
 
 struct Scripts {
-    reserve: redis::Script,
+    view: redis::Script,
     place: redis::Script,
     claim: redis::Script,
     unmap: redis::Script,
@@ -215,7 +218,7 @@ impl SessionStore {
             cluster: matches!(target, RedisTarget::Cluster(_)),
             routes: Default::default(),
             scripts: std::sync::Arc::new(Scripts {
-                reserve: with_prelude(include_str!("reserve.lua")),
+                view: with_prelude(include_str!("view.lua")),
                 place: with_prelude(include_str!("place.lua")),
                 claim: with_prelude(include_str!("claim.lua")),
                 unmap: with_prelude(include_str!("unmap.lua")),
@@ -229,7 +232,16 @@ impl SessionStore {
             }),
             node_addresses: Default::default(),
             batchers: Default::default(),
+            view: Default::default(),
         })
+    }
+
+    /// This store, on a cluster, choosing new sessions' nodes from views
+    /// that serve `ttl` before they are read again (store/view.rs; 50 ms
+    /// unless set): for tests that need a view to stay as it was read.
+    pub fn with_view_ttl(mut self, ttl: Duration) -> Self {
+        self.view = std::sync::Arc::new(view::PlacementView::with_ttl(ttl));
+        self
     }
 
     /// A handle for a batching task: holding the batchers themselves would

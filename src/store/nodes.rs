@@ -27,7 +27,7 @@ impl SessionStore {
         node: &NodeRecord,
         rebuilding: bool,
     ) -> StoreResult<Option<bool>> {
-        let added: i64 = self
+        let added = self
             .scripts
             .register_node
             .key(self.key(&["node", &node.address]))
@@ -49,8 +49,9 @@ impl SessionStore {
             .arg(node.number)
             .arg(node.epoch)
             .invoke_async(&mut self.conn())
-            .await
-            .context("registering a node in Redis")?;
+            .await;
+        self.view.invalidate();
+        let added: i64 = added.context("registering a node in Redis")?;
         Ok((added >= 0).then_some(added == 1))
     }
 
@@ -133,18 +134,21 @@ impl SessionStore {
             let (key, token) = lock.key_and_token(self);
             invocation.key(key).arg(token);
         }
-        let old: Option<String> = invocation
-            .invoke_async(&mut self.conn())
-            .await
-            .context("changing a node's state in Redis")?;
-        Ok(match old.as_deref() {
+        let old = invocation.invoke_async(&mut self.conn()).await;
+        self.view.invalidate();
+        let old: Option<String> = old.context("changing a node's state in Redis")?;
+        let change = match old.as_deref() {
             Some("last") => StateChange::LastUp,
             Some(old) => old
                 .parse()
                 .map(StateChange::Changed)
                 .unwrap_or(StateChange::Unexpected),
             None => StateChange::Unexpected,
-        })
+        };
+        if state == NodeState::Up && matches!(change, StateChange::Changed(_)) {
+            self.open_to_new_sessions(address).await?;
+        }
+        Ok(change)
     }
 
     /// Records why a node is down ("" clears it) and, when given, the
@@ -184,7 +188,8 @@ impl SessionStore {
 
     /// Changes a node's weight; its next placement already weighs it.
     pub async fn set_node_weight(&self, address: &str, weight: u32) -> StoreResult<()> {
-        self.scripts
+        let changed = self
+            .scripts
             .set_node_weight
             .key(self.key(&["node", address]))
             .key(self.key(&["placeable"]))
@@ -193,8 +198,9 @@ impl SessionStore {
             .arg(address)
             .arg(weight)
             .invoke_async::<i64>(&mut self.conn())
-            .await
-            .context("changing a node's weight in Redis")?;
+            .await;
+        self.view.invalidate();
+        changed.context("changing a node's weight in Redis")?;
         Ok(())
     }
 
@@ -274,7 +280,8 @@ impl SessionStore {
         if let Some(number) = self.node_number(address).await? {
             self.delete_indexes(number).await?;
         }
-        self.scripts
+        let deleted = self
+            .scripts
             .delete_node
             .key(self.key(&["node", address]))
             .key(self.key(&["nodes"]))
@@ -283,8 +290,9 @@ impl SessionStore {
             .key(self.key(&["weights"]))
             .arg(address)
             .invoke_async::<i64>(&mut self.conn())
-            .await
-            .context("deleting a node from Redis")?;
+            .await;
+        self.view.invalidate();
+        deleted.context("deleting a node from Redis")?;
         Ok(())
     }
 
@@ -302,6 +310,7 @@ impl SessionStore {
     }
 
     pub async fn get_node(&self, address: &str) -> StoreResult<Option<NodeRecord>> {
+        self.settle_placed().await?;
         let (fields, sessions): (Vec<(String, String)>, Option<i64>) = redis::pipe()
             .hgetall(self.key(&["node", address]))
             .hget(self.key(&["counts"]), address)
@@ -314,6 +323,7 @@ impl SessionStore {
     /// Every registered node, in registration order. O(nodes): admin and
     /// the periodic refresh of each replica's view only.
     pub async fn list_nodes(&self) -> StoreResult<Vec<NodeRecord>> {
+        self.settle_placed().await?;
         let mut conn = self.conn();
         let addresses: Vec<String> = conn
             .zrange(self.key(&["nodes"]), 0, -1)

@@ -1,19 +1,20 @@
 //! Placing a new session: the press path's one write to Redis.
 //!
-//! Placements asked for at the same time on this replica go to Redis
-//! together ([`GroupCommit`]): on a single Redis one `place.lua` decides a
-//! batch, on a cluster one `reserve.lua` in the control slot chooses and
-//! counts the nodes of a batch, then each session's own group claims its
-//! mapping (`claim.lua`). The scripts decide the placements of a batch one
-//! after another, each exactly as it would alone: batching changes what a
-//! new session costs Redis (a script's own overhead is most of it), not
-//! what is decided, so the placement argument of design.md ("Past one
-//! Redis") is the same for one session or sixty-four.
+//! On a single Redis, placements asked for at the same time on this
+//! replica go to Redis together ([`GroupCommit`]): one `place.lua` decides
+//! a batch. On a cluster the replica chooses the node from its view of the
+//! up nodes ([`super::view`], read again at most every few tens of
+//! milliseconds), and the session's own group claims its mapping
+//! (`claim.lua`): no call to the control slot per new session. Either way
+//! the mapping is created by one script in the session's slot, so one
+//! mapping stands however many replicas place one id at once (design.md,
+//! "Past one Redis").
 
 use std::sync::OnceLock;
 
 use super::groups::mapping_bucket;
 use super::sessions::{Mapping, Placed, Placement};
+use super::view::Choice;
 use super::{Context, SessionStore, StoreError, StoreResult};
 use crate::group_commit::GroupCommit;
 
@@ -41,26 +42,13 @@ struct PlaceRequest {
     unknown: String,
 }
 
-/// One choice of a `reserve.lua` batch (the control slot of a cluster).
-struct ReserveRequest {
-    stale: String,
-    preferred: String,
-}
-
 /// `place.lua`'s answer for one placement: `None` when no node is up.
 type PlaceAnswer = StoreResult<Option<Vec<i64>>>;
-/// `reserve.lua`'s: `None` when no node is up, else (node, number, the
-/// stale node's number or '', how the claim indexes the session: 0 as this
-/// release reads it, 1 or 2 while a replica of an earlier release serves,
-/// prelude.lua's `index_new_session`).
-type ReserveAnswer = StoreResult<Option<(String, i64, String, i64)>>;
-
 /// The batching tasks of one store, started on first use (on the runtime
 /// that places the first session).
 #[derive(Default)]
 pub(super) struct Batchers {
     place: OnceLock<GroupCommit<PlaceRequest, PlaceAnswer>>,
-    reserve: OnceLock<GroupCommit<ReserveRequest, ReserveAnswer>>,
 }
 
 /// What Redis decided for one session.
@@ -73,6 +61,9 @@ enum Decided {
     },
     NoNode,
     NotReady,
+    /// Chosen from a view that still offered a node closed to new
+    /// sessions: chosen again, without it.
+    Closed(String),
 }
 
 impl SessionStore {
@@ -90,6 +81,8 @@ impl SessionStore {
         self.check_identity().await?;
         // A number the standing mapping named that Redis does not know.
         let mut unknown: Option<u64> = None;
+        // Nodes a claim found closed: not chosen again by this placement.
+        let mut closed: Vec<String> = Vec::new();
         for _ in 0..PLACE_ATTEMPTS {
             let request = PlaceRequest {
                 id: session_id.to_owned(),
@@ -100,7 +93,7 @@ impl SessionStore {
                 unknown: unknown.map(|n| n.to_string()).unwrap_or_default(),
             };
             let decided = if self.cluster {
-                self.reserve_and_claim(request).await?
+                self.choose_and_claim(request, &closed).await?
             } else {
                 self.place_at_once(request).await?
             };
@@ -113,6 +106,10 @@ impl SessionStore {
                 } => (number, base, expires_at_ms, created),
                 Decided::NoNode => return Ok(Placed::NoNode),
                 Decided::NotReady => return Ok(Placed::NotReady),
+                Decided::Closed(node) => {
+                    closed.push(node);
+                    continue;
+                }
             };
             let Some(address) = self.node_address(number).await? else {
                 unknown = Some(number);
@@ -126,6 +123,12 @@ impl SessionStore {
                 },
                 created,
             }));
+        }
+        if !closed.is_empty() {
+            return Err(client_error(
+                "placing a session in Redis",
+                "every node chosen was closed to new sessions in the session's group",
+            ));
         }
         Err(mapped_to_unknown_node())
     }
@@ -159,10 +162,10 @@ impl SessionStore {
         }
     }
 
-    /// The control keys both placement scripts start with: placeable,
+    /// The control keys `place.lua` and `view.lua` start with: placeable,
     /// registry epoch, counts, node numbers, weights, and the marks of an
     /// earlier release's replica serving (store/fences.rs, heartbeat).
-    fn placement_keys(&self, invocation: &mut redis::ScriptInvocation<'_>) {
+    pub(super) fn placement_keys(&self, invocation: &mut redis::ScriptInvocation<'_>) {
         for key in [
             "placeable",
             "registry",
@@ -200,31 +203,30 @@ impl SessionStore {
         answer_each(batch.len(), replies)
     }
 
-    /// On a cluster: the control slot chooses and counts the node (a
-    /// `reserve.lua` batch), the session's group creates the mapping if the
+    /// On a cluster: the node is chosen from this replica's view and
+    /// counted there, and the session's group creates the mapping if the
     /// session has none (`claim.lua`). If it had one, the count goes back.
-    async fn reserve_and_claim(&self, request: PlaceRequest) -> StoreResult<Decided> {
-        let batcher = self.batchers.reserve.get_or_init(|| {
-            let store = self.without_batchers();
-            GroupCommit::start(MAX_BATCH, IN_FLIGHT, move |batch| {
-                let store = store.clone();
-                async move { store.reserve_batch(batch).await }
-            })
-        });
-        let reserved = batcher
-            .submit(ReserveRequest {
-                stale: request.stale.clone(),
-                preferred: request.preferred.clone(),
-            })
-            .await
-            .unwrap_or_else(|| Err(gone()))?;
-        let (node, number, stale_number, mode) = match reserved {
-            None => return Ok(Decided::NoNode),
-            Some((_, -1, _, _)) => return Ok(Decided::NotReady),
-            Some((_, -2, _, _)) => return Err(unnumbered_node()),
-            Some((node, number, stale, mode)) => {
-                (node, number as u64, stale.parse::<u64>().ok(), mode)
-            }
+    async fn choose_and_claim(
+        &self,
+        request: PlaceRequest,
+        closed: &[String],
+    ) -> StoreResult<Decided> {
+        let choice = self
+            .choose(&request.stale, &request.preferred, closed)
+            .await?;
+        let (node, number, mode) = match choice {
+            Choice::NotReady => return Ok(Decided::NotReady),
+            Choice::NoNode => return Ok(Decided::NoNode),
+            Choice::Unnumbered => return Err(unnumbered_node()),
+            Choice::Chosen {
+                address,
+                number,
+                mode,
+            } => (address, number, mode),
+        };
+        let stale_number = match request.stale.as_str() {
+            "" => None,
+            stale => self.node_number(stale).await?,
         };
         let stale_number = request.unknown.parse::<u64>().ok().or(stale_number);
         let bucket = mapping_bucket(&request.id);
@@ -248,6 +250,7 @@ impl SessionStore {
             .key(stale_index)
             .key(stale_earlier_index)
             .key(self.earlier_index_key(group, number))
+            .key(self.group_key(group, &["closed"]))
             .arg(self.group_prefix(group))
             .arg(&request.id)
             .arg(number)
@@ -258,10 +261,15 @@ impl SessionStore {
             .invoke_async(&mut self.conn())
             .await
             .context("creating a session mapping in Redis")?;
+        if claimed.first() == Some(&-3) {
+            // Closed in this group: the view is older than the node's state.
+            self.view.state.lock().await.refuse(&node);
+            return Ok(Decided::Closed(node));
+        }
         let created = claimed.first() == Some(&1);
         if !created {
-            // The count reserve.lua took is not this session's.
-            self.set_counts(true, &[(&node, -1, None)]).await?;
+            // The count the choice took is not this session's.
+            self.view.state.lock().await.count(&node, -1);
         }
         let &[_, standing, base, expires_at_ms, replaced] = claimed.as_slice() else {
             return Ok(Decided::NotReady); // the group forgot: being rebuilt
@@ -269,7 +277,7 @@ impl SessionStore {
         if let Some(stale) = stale_number.filter(|_| replaced == 1) {
             // The session's mapping to the stale node was dropped.
             if let Some(stale_node) = self.node_address(stale).await? {
-                self.set_counts(true, &[(&stale_node, -1, None)]).await?;
+                self.view.state.lock().await.count(&stale_node, -1);
             }
         }
         Ok(Decided::Mapped {
@@ -278,19 +286,6 @@ impl SessionStore {
             expires_at_ms,
             created,
         })
-    }
-
-    async fn reserve_batch(&self, batch: Vec<ReserveRequest>) -> Vec<ReserveAnswer> {
-        let mut invocation = self.scripts.reserve.prepare_invoke();
-        self.placement_keys(&mut invocation);
-        for request in &batch {
-            invocation.arg(&request.stale).arg(&request.preferred);
-        }
-        let replies = invocation
-            .invoke_async::<Vec<Option<(String, i64, String, i64)>>>(&mut self.conn())
-            .await
-            .context("choosing nodes for sessions in Redis");
-        answer_each(batch.len(), replies)
     }
 }
 

@@ -140,6 +140,29 @@ local function load_of(weights, addr, count)
   return count / (tonumber(redis.call('HGET', weights, addr)) or 1)
 end
 
+-- Sets (or, with `add`, moves by `value`) the active-session count of a
+-- registered node (one with a count: never recreates a deleted node's),
+-- never below zero, and scores it again in `placeable` if it is up there.
+-- Returns false for a node that is not registered.
+local function set_count(placeable, counts, weights, addr, value, add)
+  local current = redis.call('HGET', counts, addr)
+  if not current then
+    return false
+  end
+  local count = value
+  if add then
+    count = tonumber(current) + value
+  end
+  if count < 0 then
+    count = 0
+  end
+  redis.call('HSET', counts, addr, count)
+  if redis.call('ZSCORE', placeable, addr) then
+    redis.call('ZADD', placeable, load_of(weights, addr, count), addr)
+  end
+  return true
+end
+
 -- The counting of one batch of placements (place.lua, reserve.lua): a
 -- node's count is read once a batch and kept here as it moves, each move
 -- scores the node again in `placeable` from its count (so the next choice

@@ -76,6 +76,7 @@ impl SessionStore {
         let Some(number) = self.node_number(address).await? else {
             return Ok(Vec::new());
         };
+        self.close_to_new_sessions(address).await?;
         // Strays too, in list order, each named as its list holds it: at
         // its list's head when its turn comes, where unmap.lua finds it
         // without reading the list.

@@ -8,23 +8,11 @@
 -- lag the admin's last change, so it never overwrites one ('' for none).
 local add = ARGV[1] == 'add'
 for i = 2, #ARGV, 3 do
-  local addr, value = ARGV[i], tonumber(ARGV[i + 1])
-  local current = redis.call('HGET', KEYS[2], addr)
-  if current then
-    local count = value
-    if add then
-      count = tonumber(current) + value
-    end
-    if count < 0 then
-      count = 0
-    end
-    redis.call('HSET', KEYS[2], addr, count)
-    if ARGV[i + 2] ~= '' then
-      redis.call('HSETNX', KEYS[3], addr, ARGV[i + 2])
-    end
-    if redis.call('ZSCORE', KEYS[1], addr) then
-      redis.call('ZADD', KEYS[1], load_of(KEYS[3], addr, count), addr)
-    end
+  local addr = ARGV[i]
+  -- The weight first: the node's new score is worked out from it.
+  if ARGV[i + 2] ~= '' and redis.call('HEXISTS', KEYS[2], addr) == 1 then
+    redis.call('HSETNX', KEYS[3], addr, ARGV[i + 2])
   end
+  set_count(KEYS[1], KEYS[2], KEYS[3], addr, tonumber(ARGV[i + 1]), add)
 end
 return 0

@@ -3,10 +3,12 @@
 //! do: leave keys behind, let an old index entry end a session placed
 //! anew, or give a number to a second address.
 
+use std::time::Duration;
+
 use crate::common;
 
 use common::{now_ms, spawn_app, start_nodes, unique};
-use nodes_control::store::Placed;
+use nodes_control::store::{NodeState, Placed};
 
 /// Every session-group key of this test's prefix that starts with `kind`,
 /// from every server (a cluster spreads the groups over its primaries).
@@ -837,4 +839,94 @@ async fn a_clean_all_node_with_300_000_live_sessions_is_rebased_in_slices_that_e
             "{id}"
         );
     }
+}
+
+/// A replica places new sessions by a view of the up nodes that may be a
+/// moment old (on a cluster; a single Redis checks them in the placement
+/// itself). A node taken out of placement and closed to new sessions, as
+/// a removal or a failover does before it reads the node's sessions,
+/// gets none of them even from a replica whose view still offers it, and
+/// once it is up again it takes new sessions.
+#[tokio::test]
+async fn a_node_closed_to_new_sessions_gets_none_even_from_a_view_that_still_offers_it() {
+    let app = spawn_app().await;
+    let nodes = start_nodes(&app, 2, false).await;
+    let (closed, open) = (nodes[0].address.as_str(), nodes[1].address.as_str());
+    let store = &app.ctx.store;
+    // Another replica, whose view, once read, serves for the whole test.
+    let other = nodes_control::store::SessionStore::connect(&common::redis_url(), store.prefix())
+        .unwrap()
+        .with_view_ttl(Duration::from_secs(600));
+    let tag = unique("closed");
+    let exp = now_ms() + 60_000;
+    let place = |store: &nodes_control::store::SessionStore, id: String| {
+        let store = store.clone();
+        async move {
+            match store.place(&id, 0, exp, None, None).await.unwrap() {
+                Placed::Placed(placement) => placement.mapping.node,
+                other => panic!("{id}: {other:?}"),
+            }
+        }
+    };
+    // Read the other replica's view: both nodes up, neither loaded.
+    place(&other, format!("{tag}-first")).await;
+
+    store
+        .set_node_state(closed, NodeState::Draining, &[])
+        .await
+        .unwrap();
+    store.close_to_new_sessions(closed).await.unwrap();
+    let placed =
+        futures::future::join_all((0..20).map(|i| place(&other, format!("{tag}-a{i}")))).await;
+    assert!(placed.iter().all(|node| node == open), "{placed:?}");
+
+    store
+        .set_node_state(closed, NodeState::Up, &[])
+        .await
+        .unwrap();
+    let placed =
+        futures::future::join_all((0..20).map(|i| place(store, format!("{tag}-b{i}")))).await;
+    assert!(placed.iter().any(|node| node == closed), "{placed:?}");
+}
+
+/// A node left up but closed to new sessions (an opening that failed, or
+/// a closing that landed after its operation lost the node's lock) gets
+/// no new session on a cluster, where the closing is kept; the next sweep
+/// opens it, and it takes new sessions again.
+#[tokio::test]
+async fn a_node_up_but_closed_to_new_sessions_is_opened_by_the_next_sweep() {
+    let app = spawn_app().await;
+    let nodes = start_nodes(&app, 2, false).await;
+    let stuck = nodes[0].address.as_str();
+    let store = &app.ctx.store;
+    let number = store.get_node(stuck).await.unwrap().unwrap().number;
+    store.close_to_new_sessions(stuck).await.unwrap();
+    // A single Redis keeps no closing: its placement reads `placeable`.
+    let cluster = store.closed_numbers().await.unwrap().contains(&number);
+    let tag = unique("reopen");
+    let exp = now_ms() + 60_000;
+    let tag = &tag;
+    let place_some = |round: &'static str| {
+        futures::future::join_all((0..20).map(move |i| {
+            let id = format!("{tag}-{round}{i}");
+            async move {
+                match store.place(&id, 0, exp, None, None).await.unwrap() {
+                    Placed::Placed(placement) => placement.mapping.node,
+                    other => panic!("{id}: {other:?}"),
+                }
+            }
+        }))
+    };
+    let before = place_some("a").await;
+    if cluster {
+        assert!(before.iter().all(|node| node != stuck), "{before:?}");
+    }
+
+    app.sweeper.sweep_once(now_ms()).await.unwrap();
+    assert!(!store.closed_numbers().await.unwrap().contains(&number));
+    // The view is read again (at most 50 ms old) and the node is the
+    // least loaded: it takes sessions.
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let after = place_some("b").await;
+    assert!(after.iter().any(|node| node == stuck), "{after:?}");
 }

@@ -85,6 +85,9 @@ impl NodeCleaner {
                 ..CleanReport::default()
             }
         } else {
+            // Before its indexes are read: a replica's view may offer it
+            // still (a failover closes it itself).
+            self.store.close_to_new_sessions(addr).await?;
             let leaving = self.store.node_sessions(addr).await?;
             match self.fenced_clean(lock, leaving, false).await {
                 Err(CleanError::Node { source, .. }) if source.is_unreachable() => {

@@ -26,6 +26,8 @@ impl NodeCleaner {
     /// [`fail_over`](Self::fail_over) with the node lock held.
     pub(super) async fn fail_over_locked(&self, lock: &NodeLock) -> Result<usize, CleanError> {
         let addr = lock.node();
+        // Before its indexes are read: a replica's view may offer it still.
+        self.store.close_to_new_sessions(addr).await?;
         if self.store.node_sessions(addr).await?.is_empty() {
             // Nothing left to move, but what the node may still archive
             // must stay fenced out all the same.

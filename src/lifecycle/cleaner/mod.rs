@@ -153,6 +153,26 @@ impl NodeCleaner {
             .await
     }
 
+    /// Opens an up node that a group still holds closed to new sessions
+    /// (an opening that failed, or a closing that landed after the
+    /// operation that made it lost the node's lock), on a cluster. Under
+    /// the node's lock, and only while it is up: no removal or failover of
+    /// it is under way then (they hold the lock from before they close it
+    /// until they are done). Skipped while another operation holds it.
+    /// Returns whether it was opened.
+    pub async fn reopen(&self, addr: &str) -> Result<bool, CleanError> {
+        self.locked(addr, Duration::ZERO, move |this, lock| async move {
+            let addr = lock.node();
+            if this.store.get_node(addr).await?.map(|n| n.state) != Some(NodeState::Up) {
+                return Ok(false);
+            }
+            lock.lock().check_held(&this.store).await?;
+            this.store.open_to_new_sessions(addr).await?;
+            Ok(true)
+        })
+        .await
+    }
+
     /// Marks the node down, under its lock: in this view first, then in
     /// Redis (only while the lock is still this operation's).
     pub(super) async fn declare_down(
