@@ -1,5 +1,6 @@
--- Placement, step two, in the session's group: create the mapping on the
--- node reserve.lua chose unless the session has one. This check-and-set is
+-- Placement on a cluster, in the session's group: create the mapping on
+-- the node the replica chose from its view (store/view.rs) unless the
+-- session has one. This check-and-set is
 -- the only place a mapping is created, and it runs in the one slot that
 -- holds the session's mapping: however many replicas place one id at
 -- once, one mapping stands. A mapping to ARGV[5] (a node the caller saw
@@ -24,7 +25,7 @@
 -- chosen node's zset index, KEYS[7] the numbers of the nodes closed to new
 -- sessions in the group.
 -- ARGV: group prefix, id, number, base, expires_at_ms, stale number (''),
--- how the session is indexed (`index_mode`, which reserve.lua read: '0' a
+-- how the session is indexed (`index_mode`, which view.lua read: '0' a
 -- dated entry in the list, '1' the zset, '2' a plain id in the list).
 -- Returns {1, number, base, exp, replaced} when created (replaced: 1 if a
 -- mapping to the stale node was dropped), {0, number, base, exp, 0} for

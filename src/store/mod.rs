@@ -22,6 +22,7 @@
 //! | `P{ctl}events` | pub/sub channel | wakes replicas when a fence is raised, lowered or acknowledged |
 //! | `P{ctl}replicas_listing`, `P{ctl}earlier_release` | zset, string | heartbeats of the replicas that index sessions in lists; set for `SESSION_TTL_SECS`, renewed by each heartbeat of this release while a replica of an earlier release (in `replicas` only) is registered: new sessions are then indexed in the zsets it reads (see `groups`) |
 //! | `P{ctl}replicas_dated`, `P{ctl}plain_entries` | zset, string | heartbeats of the replicas whose list entries carry the session's end; set like `earlier_release` while a replica of the release before (in `replicas_listing`, not here) is registered: new sessions are then appended as plain ids, which it reads |
+//! | `P{ctl}replicas_closing`, `P{ctl}unclosing` | zset, string | heartbeats of the replicas that close a node to new sessions before they move its sessions off it; set like `earlier_release` while a replica missing here is registered: a cluster replica's view then serves one placement (store/view.rs) |
 //! | `P{ctl}registry` | string | the registry's epoch: written once the registry and every group are complete; missing means Redis forgot (design.md, amnesia) |
 //!
 //! **Session groups** (`P{s:gg}`, `gg` the first two hex digits of
@@ -34,6 +35,7 @@
 //! | `P{s:gg}due:{number}` | list | the group's sessions on node `number`, in the order they were placed (so, give or take a clock's skew, of their end: sessions live a fixed time): the sweep's index, each entry `{end, ms}\t{id}` (a plain id from the release before), walked from the head in plain `LRANGE`s (`walk`; `due.lua` for a list with plain ids); exact (an entry leaves with its mapping), and its length the group's count of the node (exact but for strays, entries whose session left: design.md, Indexes). A list packs into compact nodes at any length, where a zset past 128 entries costs a skiplist node and a dict entry per session |
 //! | `P{s:gg}expiring:{number}` | zset | the index of an earlier release (sessions by their end): read, counted and emptied beside the list, written only while `earlier_release` is set, so a rolling upgrade loses no session |
 //! | `P{s:gg}epoch` | string | the registry epoch the group belongs to: missing means this group's primary forgot |
+//! | `P{s:gg}closed` | set | numbers of the nodes closed to new sessions in this group (a cluster only): `claim.lua` refuses them; added before a removal, failover or wipe reads a node's sessions, removed when the node is up again (a removed node's stays) |
 //!
 //! A `{` in the prefix itself would become the hash tag of every key: it
 //! still works, on one slot.

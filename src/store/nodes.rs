@@ -146,7 +146,11 @@ impl SessionStore {
             None => StateChange::Unexpected,
         };
         if state == NodeState::Up && matches!(change, StateChange::Changed(_)) {
-            self.open_to_new_sessions(address).await?;
+            // The state stands either way: a node left closed is opened by
+            // the next sweep (`Sweeper::reopen_closed`).
+            if let Err(error) = self.open_to_new_sessions(address).await {
+                tracing::warn!(node = %address, %error, "node up but not opened to new sessions; the next sweep opens it");
+            }
         }
         Ok(change)
     }

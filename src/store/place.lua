@@ -1,5 +1,6 @@
 -- Placement on a single Redis (where every key is in reach of one script):
--- reserve.lua and claim.lua together, for a batch of sessions in one round
+-- the choice (a cluster's replica makes it from its view: store/view.rs)
+-- and claim.lua together, for a batch of sessions in one round
 -- trip. Placements asked for at the same time on this replica go together
 -- (store/placement.rs); each is decided exactly as if it ran alone, one
 -- after the other, so a batch changes the cost, not the outcome. A Redis

@@ -81,9 +81,14 @@ impl SessionStore {
         self.check_identity().await?;
         // A number the standing mapping named that Redis does not know.
         let mut unknown: Option<u64> = None;
-        // Nodes a claim found closed: not chosen again by this placement.
+        // Nodes a claim found closed: not chosen again by this placement. A
+        // refusal uses no attempt (each one leaves one node fewer to
+        // choose), and no node left is believed only after the view is read
+        // again (it may know a node added since).
         let mut closed: Vec<String> = Vec::new();
-        for _ in 0..PLACE_ATTEMPTS {
+        let mut read_again = false;
+        let mut attempts = 0;
+        while attempts < PLACE_ATTEMPTS {
             let request = PlaceRequest {
                 id: session_id.to_owned(),
                 base,
@@ -104,6 +109,11 @@ impl SessionStore {
                     expires_at_ms,
                     created,
                 } => (number, base, expires_at_ms, created),
+                Decided::NoNode if !closed.is_empty() && !read_again => {
+                    self.view.invalidate();
+                    read_again = true;
+                    continue;
+                }
                 Decided::NoNode => return Ok(Placed::NoNode),
                 Decided::NotReady => return Ok(Placed::NotReady),
                 Decided::Closed(node) => {
@@ -113,6 +123,7 @@ impl SessionStore {
             };
             let Some(address) = self.node_address(number).await? else {
                 unknown = Some(number);
+                attempts += 1;
                 continue;
             };
             return Ok(Placed::Placed(Placement {
@@ -123,12 +134,6 @@ impl SessionStore {
                 },
                 created,
             }));
-        }
-        if !closed.is_empty() {
-            return Err(client_error(
-                "placing a session in Redis",
-                "every node chosen was closed to new sessions in the session's group",
-            ));
         }
         Err(mapped_to_unknown_node())
     }

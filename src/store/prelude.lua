@@ -95,7 +95,7 @@ local function drop_index_entry(due, expiring, id, expires_at, hints)
 end
 
 -- Indexes a session just mapped to node `number` in its group (`group`,
--- its key prefix), as `mode` says (reserve.lua reads it from the marks
+-- its key prefix), as `mode` says (place.lua and view.lua read it from the marks
 -- the heartbeats keep, store/fences.rs): 0, a dated entry at the tail of
 -- the node's list; 2, while a replica of the release before serves (it
 -- reads lists of plain ids), a plain id there; 1, while a replica of an
@@ -163,7 +163,7 @@ local function set_count(placeable, counts, weights, addr, value, add)
   return true
 end
 
--- The counting of one batch of placements (place.lua, reserve.lua): a
+-- The counting of one batch of placements (place.lua): a
 -- node's count is read once a batch and kept here as it moves, each move
 -- scores the node again in `placeable` from its count (so the next choice
 -- of the batch sees it, exactly as it would after a script of its own),

@@ -8,8 +8,10 @@
 //! which applies them first. The session's mapping is still created only
 //! by `claim.lua`, in the session's own slot, so one mapping stands
 //! however many replicas place one id at once; only the choice of node
-//! rests on a view that may be [`VIEW_TTL`] old, and the counts it goes by
-//! stay the groups' exact sizes once a sweep's tally has run.
+//! rests on a view that may be [`VIEW_TTL`] old. The counts it goes by
+//! are a hint, as they were: each sweep's tally sets them to the groups'
+//! exact sizes, and moves other replicas send after it (for sessions it
+//! counted already) leave them off by a few until the next.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};

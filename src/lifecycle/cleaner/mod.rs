@@ -168,6 +168,13 @@ impl NodeCleaner {
             }
             lock.lock().check_held(&this.store).await?;
             this.store.open_to_new_sessions(addr).await?;
+            // Opened late (this task stalled past the lock, and a removal or
+            // failover closed and read the node meanwhile): closed again.
+            let still_up = this.store.get_node(addr).await?.map(|n| n.state) == Some(NodeState::Up);
+            if !still_up || lock.lock().check_held(&this.store).await.is_err() {
+                this.store.close_to_new_sessions(addr).await?;
+                return Ok(false);
+            }
             Ok(true)
         })
         .await
