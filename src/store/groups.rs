@@ -600,30 +600,29 @@ impl SessionStore {
     /// that read. A removed node stays closed (its number is never given
     /// again), so a late view's claim cannot map to it either.
     pub async fn close_to_new_sessions(&self, address: &str) -> StoreResult<()> {
-        let Some(number) = self.cluster_number(address).await? else {
-            return Ok(());
-        };
-        self.query_groups::<redis::Value>(
-            "closing a node to new sessions in Redis",
-            |group, pipe| {
-                pipe.sadd(self.group_key(group, &["closed"]), number);
-            },
-        )
-        .await?;
-        Ok(())
+        self.set_closed(address, true).await
     }
 
     /// Opens a node that came up again to new sessions in every group.
     pub async fn open_to_new_sessions(&self, address: &str) -> StoreResult<()> {
+        self.set_closed(address, false).await
+    }
+
+    async fn set_closed(&self, address: &str, closed: bool) -> StoreResult<()> {
         let Some(number) = self.cluster_number(address).await? else {
             return Ok(());
         };
-        self.query_groups::<redis::Value>(
-            "opening a node to new sessions in Redis",
-            |group, pipe| {
-                pipe.srem(self.group_key(group, &["closed"]), number);
-            },
-        )
+        let context = match closed {
+            true => "closing a node to new sessions in Redis",
+            false => "opening a node to new sessions in Redis",
+        };
+        self.query_groups::<redis::Value>(context, |group, pipe| {
+            let key = self.group_key(group, &["closed"]);
+            match closed {
+                true => pipe.sadd(key, number),
+                false => pipe.srem(key, number),
+            };
+        })
         .await?;
         Ok(())
     }
