@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Builds the balancer of the previous release, for the rolling-upgrade test
-# (tests/faults.rs): the commit PREVIOUS_RELEASE of this repository's
-# history (default: the last one before the node-enforced fencing epochs),
-# taken out with `git archive` and built in a target directory of its own
-# (sharing ours would overwrite target/debug/nodes-control). Cached: a
-# second run only prints the path. Prints the binary's path.
+# Builds the balancer of an earlier release, for a rolling-upgrade test
+# (tests/common/process.rs, `BalancerProcess::start_binary`): the commit
+# PREVIOUS_RELEASE of this repository's history, taken out with `git
+# archive` and built in a target directory of its own (sharing ours would
+# overwrite target/debug/nodes-control). Cached: a second run only prints
+# the path. Prints the binary's path.
+#
+# A rolling upgrade is tested only between releases of one storage layout
+# (CHANGELOG.md): 0.1.0 is the first release, so there is none to test yet.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-commit=${PREVIOUS_RELEASE:-74443a32eb077d0cde285960a3d3cff9b348a275}
+commit=${PREVIOUS_RELEASE:?set PREVIOUS_RELEASE to the commit of a release with this storage layout}
 out="$PWD/target/previous-release/$commit"
 if [ ! -x "$out/nodes-control" ]; then
     if ! git cat-file -e "$commit^{commit}" 2>/dev/null; then

@@ -17,7 +17,7 @@ use crate::config::{Config, HealthCheck};
 use crate::http::{self, ApiContext, Services};
 use crate::lifecycle::detached::Detached;
 use crate::lifecycle::fence::Lease;
-use crate::lifecycle::{FenceWatcher, NodeCleaner, Rebuilder, Registry, Sweeper};
+use crate::lifecycle::{CleanError, FenceWatcher, NodeCleaner, Rebuilder, Registry, Sweeper};
 use crate::nodes::press_history::PressHistory;
 use crate::nodes::{NodeAddress, NodeClient, NodeTable, Probe, Selector};
 use crate::routing::Router;
@@ -135,8 +135,7 @@ impl Application {
             config.session_ttl(),
             clock,
         );
-        let fences = FenceWatcher::new(store.clone(), table.clone(), events, lease.clone())
-            .with_session_ttl(config.session_ttl());
+        let fences = FenceWatcher::new(store.clone(), table.clone(), events, lease.clone());
         archive.set_replica(fences.replica_id());
         let rebuilder = Rebuilder::new(
             store.clone(),
@@ -230,6 +229,7 @@ impl Application {
             Ok(Registry::Rebuilding) => {
                 warn!("Redis lost the registry; it is rebuilt from Postgres before sessions are served")
             }
+            Err(CleanError::Layout(mismatch)) => return Err(mismatch.into()),
             Err(error) => warn!(%error, "could not check the registry at start-up"),
         }
         // A typo in NODES stops the start; Redis being away only delays it.
@@ -410,7 +410,7 @@ impl Application {
             "registry check",
             cancel.clone(),
             None,
-            move || rebuilder.clone().run(token.clone()),
+            move || rebuilder.clone().run(token.clone(), token.clone()),
         );
         info!(addr = %self.listener.local_addr()?, "nodes-control listening");
         let server_cancel = cancel.clone();
@@ -460,6 +460,9 @@ impl Application {
             warn!("cleans still running at the end of the grace period; their journals let another replica finish them");
         }
         info!("nodes-control stopped");
+        if let Some(mismatch) = self.rebuilder.refused() {
+            return Err(std::io::Error::other(mismatch));
+        }
         result
     }
 }

@@ -184,8 +184,9 @@ impl Archive {
 
     /// Applies `migrations/` (the folder `sqlx migrate run` uses).
     pub async fn migrate(&self) -> Result<(), sqlx::migrate::MigrateError> {
-        // Migrations only add: a replica of the previous release (in a
-        // rolling upgrade) starts against a schema a newer one migrated.
+        // Migrations only add: a replica of the release before (in a rolling
+        // upgrade that keeps the storage layout) starts against a schema a
+        // newer one migrated.
         let mut migrator = sqlx::migrate!("./migrations");
         migrator.set_ignore_missing(true);
         migrator.run(&self.pool).await

@@ -90,11 +90,6 @@ pub struct FenceWatcher {
     polling: Arc<tokio::sync::Mutex<()>>,
     /// Renewed by every poll that succeeds (see [`Lease`]).
     lease: Arc<Lease>,
-    /// How long after a replica of an earlier release was last seen new
-    /// sessions are still indexed the way it reads them: a session's life,
-    /// so none placed meanwhile is left where a late clean of its would
-    /// miss it (store/fences.rs, heartbeat).
-    earlier_mark: std::time::Duration,
 }
 
 /// A fence this replica has closed its gate for: its sequence number and
@@ -116,15 +111,7 @@ impl FenceWatcher {
             events,
             polling: Arc::default(),
             lease,
-            earlier_mark: std::time::Duration::from_secs(crate::config::DEFAULT_SESSION_TTL_SECS),
         }
-    }
-
-    /// Sessions live `ttl`: how long new ones are still indexed the way an
-    /// earlier release reads them after its last replica was seen.
-    pub fn with_session_ttl(mut self, ttl: std::time::Duration) -> Self {
-        self.earlier_mark = ttl;
-        self
     }
 
     pub fn replica_id(&self) -> &str {
@@ -137,9 +124,7 @@ impl FenceWatcher {
     pub async fn poll_once(&self) -> StoreResult<()> {
         let _one_at_a_time = self.polling.lock().await;
         let sent = std::time::Instant::now();
-        self.store
-            .heartbeat(&self.replica, self.earlier_mark)
-            .await?;
+        self.store.heartbeat(&self.replica).await?;
         let fences = self.store.fences().await?;
         let missing = {
             let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());

@@ -23,7 +23,7 @@ use crate::archive::events::{Actor, NodeEvent};
 use crate::archive::{Archive, Member};
 use crate::nodes::{NodeClient, NodeTable, Offers};
 use crate::store::lock::{with_lock, with_node_lock, LOCK_WAIT};
-use crate::store::{NodeRecord, NodeState, SessionStore};
+use crate::store::{Layout, NodeRecord, NodeState, SessionStore};
 
 /// Where the registry stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +42,8 @@ pub struct Rebuilder {
     client: NodeClient,
     table: Arc<NodeTable>,
     detached: Detached,
+    /// Set when a layout this release does not read stopped the replica.
+    refused: Arc<std::sync::Mutex<Option<crate::store::LayoutMismatch>>>,
 }
 
 impl Rebuilder {
@@ -60,13 +62,16 @@ impl Rebuilder {
             client,
             table,
             detached,
+            refused: Arc::default(),
         }
     }
 
     /// At start-up, before this replica follows fences: a fresh cluster
     /// gets its epoch; a registry to rebuild is left to [`run`](Self::run).
+    /// Fails with [`CleanError::Layout`] where Redis holds a layout this
+    /// release does not read.
     pub async fn start_if_fresh(&self) -> Result<Registry, CleanError> {
-        if self.store.registry_complete().await? {
+        if self.registry_complete().await? {
             return Ok(Registry::Ready);
         }
         if self.archive.members().await?.is_empty() {
@@ -78,7 +83,7 @@ impl Rebuilder {
     /// One check: ready if the epoch is there; else this replica rebuilds
     /// (or finds another one doing it).
     pub async fn check_once(&self) -> Result<Registry, CleanError> {
-        if self.store.registry_complete().await? {
+        if self.registry_complete().await? {
             return Ok(Registry::Ready);
         }
         let this = self.clone();
@@ -102,7 +107,7 @@ impl Rebuilder {
     }
 
     async fn rebuild(&self) -> Result<Registry, CleanError> {
-        if self.store.registry_complete().await? {
+        if self.registry_complete().await? {
             return Ok(Registry::Ready); // another replica finished meanwhile
         }
         let members = self.archive.members().await?;
@@ -147,6 +152,14 @@ impl Rebuilder {
             up, "registry rebuilt from Postgres; serving again"
         );
         Ok(Registry::Ready)
+    }
+
+    /// Whether the registry is complete, in a layout this release reads.
+    async fn registry_complete(&self) -> Result<bool, CleanError> {
+        if let Layout::Unknown(mismatch) = self.store.layout().await? {
+            return Err(mismatch.into());
+        }
+        Ok(self.store.registry_complete().await?)
     }
 
     /// A cluster Postgres has never seen: remember what Redis holds (a
@@ -252,13 +265,34 @@ impl Rebuilder {
         .await
     }
 
-    /// Checks every second until cancelled.
-    pub async fn run(self, cancel: tokio_util::sync::CancellationToken) {
+    /// Checks every second until cancelled. A layout this release does
+    /// not read (a newer release wrote it since) stops the replica:
+    /// `stop` is cancelled, and [`refused`](Self::refused) says why.
+    pub async fn run(
+        self,
+        cancel: tokio_util::sync::CancellationToken,
+        stop: tokio_util::sync::CancellationToken,
+    ) {
         crate::periodic::every(HEARTBEAT, cancel, || async {
-            if let Err(error) = self.check_once().await {
-                warn!(%error, "registry check failed");
+            match self.check_once().await {
+                Err(CleanError::Layout(mismatch)) => {
+                    tracing::error!(%mismatch, "refusing to serve");
+                    *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(mismatch);
+                    stop.cancel();
+                }
+                Err(error) => warn!(%error, "registry check failed"),
+                Ok(_) => {}
             }
         })
         .await
+    }
+
+    /// Why this replica stopped serving, if a layout it does not read
+    /// stopped it.
+    pub fn refused(&self) -> Option<crate::store::LayoutMismatch> {
+        self.refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }

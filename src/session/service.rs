@@ -410,10 +410,9 @@ impl SessionService {
     /// newer than the epoch this replica knows. Learned from the registry
     /// when the clean is recorded there; while one is under way (its fence
     /// is up, or its journal waits to be finished) the press waits a moment
-    /// and reads again. A clean that ended without recording its epoch (a
-    /// replica of an earlier release cleaned the node, or the cleaner lost
-    /// Redis after its fence came down) ended when its fence came down, so
-    /// the node's word is recorded and learned.
+    /// and reads again. A clean that ended without recording its epoch (the
+    /// cleaner lost Redis after its fence came down) ended when its fence
+    /// came down, so the node's word is recorded and learned.
     async fn learn_after_refusal(&self, entry: &NodeEntry, fence: u64) -> Result<(), PressError> {
         let recorded = self.store.node_epoch(&entry.address).await?;
         if recorded >= fence {
@@ -424,8 +423,8 @@ impl SessionService {
             tokio::time::sleep(REFUSED_RETRY).await;
             return Ok(());
         }
-        // The node knows a newer clean than Redis does: an earlier release's,
-        // or Redis lost what was recorded. The latter is rebuilt, not learned.
+        // The node knows a newer clean than Redis does: its cleaner lost
+        // Redis, or Redis lost what was recorded. The latter is rebuilt, not learned.
         self.store.confirm_identity().await?;
         self.store.set_node_epoch(&entry.address, fence).await?;
         self.table().learn_epoch(entry, fence);

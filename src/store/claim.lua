@@ -18,15 +18,9 @@
 -- behind that read.
 --
 -- KEYS[1] the session's bucket, KEYS[2] the group's epoch, KEYS[3] the
--- chosen node's index in the group, KEYS[4] and KEYS[5] the stale node's
--- index and the zset index an earlier release kept for it (any key of the
--- group when there is none; the list is written only when the session is
--- placed anew on that very node, see `leave_failed_node`), KEYS[6] the
--- chosen node's zset index, KEYS[7] the numbers of the nodes closed to new
--- sessions in the group.
--- ARGV: group prefix, id, number, base, expires_at_ms, stale number (''),
--- how the session is indexed (`index_mode`, which view.lua read: '0' a
--- dated entry in the list, '1' the zset, '2' a plain id in the list).
+-- chosen node's list in the group, KEYS[4] the numbers of the nodes
+-- closed to new sessions in the group.
+-- ARGV: group prefix, id, number, base, expires_at_ms, stale number ('').
 -- Returns {1, number, base, exp, replaced} when created (replaced: 1 if a
 -- mapping to the stale node was dropped), {0, number, base, exp, 0} for
 -- the mapping that stood, {-1} while the group is not complete (its
@@ -43,29 +37,22 @@ if current then
     return {0, tonumber(number), tonumber(base), tonumber(exp), 0}
   end
 end
-if redis.call('SISMEMBER', KEYS[7], ARGV[3]) == 1 then
+if redis.call('SISMEMBER', KEYS[4], ARGV[3]) == 1 then
   return {-3}
 end
 local replaced = 0
 if current then
   if number then
+    -- The stale node's entry stays, a stray (place.lua says why), unless
+    -- the session is placed anew on that very node: the list would count
+    -- it twice.
     if number == ARGV[3] then
-      -- Placed anew on the node it was on: its old entry goes (else the
-      -- list would count the session twice).
-      drop_index_entry(KEYS[4], KEYS[5], id, exp)
-    else
-      leave_failed_node(KEYS[5], id)
+      drop_index_entry(KEYS[3], id, exp)
     end
     replaced = 1
   end
   redis.call('HDEL', KEYS[1], id)
 end
 redis.call('HSET', KEYS[1], id, ARGV[3] .. ':' .. ARGV[4] .. ':' .. ARGV[5])
-if ARGV[7] == '1' then
-  redis.call('ZADD', KEYS[6], ARGV[5], id)
-elseif ARGV[7] == '2' then
-  redis.call('RPUSH', KEYS[3], id)
-else
-  redis.call('RPUSH', KEYS[3], dated_entry(id, ARGV[5]))
-end
+redis.call('RPUSH', KEYS[3], dated_entry(id, ARGV[5]))
 return {1, tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), replaced}

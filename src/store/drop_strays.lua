@@ -1,9 +1,8 @@
--- Drops index entries that the sweep found without a mapping to their
--- node (due.lua, for a plain id; groups.rs, for a dated entry whose end
--- has passed): each is checked again here, atomically, and an entry is
--- dropped only while no mapping of its id to the node stands (for a dated
--- entry, none that ends when it says), so this needs no lock. The first
--- such entry from the list's head goes. A dated one is looked for only as
+-- Drops list entries that the sweep found without a mapping to their node
+-- (groups.rs, for an entry whose end has passed): each is checked again
+-- here, atomically, and an entry is dropped only while no mapping of its
+-- id to the node that ends when it says stands, so this needs no lock.
+-- The first such entry from the list's head goes. It is looked for only as
 -- far as where the walk saw it (entries leave the list, none is put before
 -- another, so it can only have come nearer the head): one that another
 -- replica's clean took meanwhile costs that much to miss, not the list.
@@ -24,7 +23,7 @@ for i = 2, #ARGV, 4 do
   if value then
     on, _, exp = unpack_mapping(value)
   end
-  local stray = on ~= number or (ends ~= nil and tonumber(exp) ~= ends)
+  local stray = on ~= number or tonumber(exp) ~= ends
   if stray and (seen_at == 0 or redis.call('LPOS', due, entry, 'MAXLEN', seen_at)) then
     dropped = dropped + redis.call('LREM', due, 1, entry)
   end

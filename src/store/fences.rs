@@ -50,16 +50,12 @@ impl FenceReason {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Journal {
     pub seq: u64,
-    /// The clean token the node was given (absent in journals of older versions).
-    #[serde(default)]
-    pub generation: Option<i64>,
+    /// The clean token the node was given.
+    pub generation: i64,
     /// Sessions that leave the node (expired, or all of them on removal).
     /// The ones that stay are read from the node's set when folding.
     pub leaving: Vec<String>,
-    /// Whether the node was asked to clean only `leaving` (a journal of an
-    /// older version says nothing: a clean of everything, which is what
-    /// finishing it assumed).
-    #[serde(default)]
+    /// Whether the node was asked to clean only `leaving`.
     pub selective: bool,
 }
 
@@ -201,67 +197,16 @@ impl SessionStore {
 
     /// Records that `replica` is alive, at now on Redis's clock, and
     /// forgets replicas silent for an hour (they died without leaving; the
-    /// fence stopped waiting for them long before). `replicas_fencing`
-    /// holds the same heartbeats of the replicas that send fencing epochs
-    /// to the nodes that enforce them: a clean of such a node waits for
-    /// them only briefly ([`Self::replicas_to_wait_for`]).
-    ///
-    /// Two more say how a replica indexes sessions: `replicas_listing`
-    /// holds the replicas that index them in lists, `replicas_dated` those
-    /// whose list entries carry the session's end (this release on). A
-    /// replica missing from one is of an earlier release: while one is
-    /// registered at all (its heartbeat is judged by no clock: an earlier
-    /// release wrote it on its own), and for `earlier_mark` after, the
-    /// heartbeat keeps `earlier_release` (not listing: zsets) or
-    /// `plain_entries` (not dated: lists of plain ids) set, and new
-    /// sessions are indexed the way such a replica reads them
-    /// (docs/design.md, "An earlier release"). A replica missing from
-    /// `replicas_closing` (those that close a node to new sessions before
-    /// they move its sessions off it) keeps `unclosing` set the same way:
-    /// while it stands, a cluster replica reads its view before every
-    /// placement (view.rs), since such a replica's removals and failovers
-    /// do not close the node.
-    pub async fn heartbeat(
-        &self,
-        replica: &str,
-        earlier_mark: std::time::Duration,
-    ) -> StoreResult<()> {
+    /// fence stopped waiting for them long before).
+    pub async fn heartbeat(&self, replica: &str) -> StoreResult<()> {
         redis::Script::new(&format!(
             "{REDIS_NOW}
-             for i = 1, 5 do
-               redis.call('ZADD', KEYS[i], now, ARGV[1])
-               redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - 3600000)
-             end
-             local zsets, plain, unclosing = false, false, false
-             for _, heard in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-               if not zsets and not redis.call('ZSCORE', KEYS[3], heard) then
-                 redis.call('SET', KEYS[6], heard, 'PX', ARGV[2])
-                 zsets = true
-               end
-               if not plain and not redis.call('ZSCORE', KEYS[4], heard) then
-                 redis.call('SET', KEYS[7], heard, 'PX', ARGV[2])
-                 plain = true
-               end
-               if not unclosing and not redis.call('ZSCORE', KEYS[5], heard) then
-                 redis.call('SET', KEYS[8], heard, 'PX', ARGV[2])
-                 unclosing = true
-               end
-               if zsets and plain and unclosing then
-                 break
-               end
-             end
+             redis.call('ZADD', KEYS[1], now, ARGV[1])
+             redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 3600000)
              return 0"
         ))
         .key(self.key(&["replicas"]))
-        .key(self.key(&["replicas_fencing"]))
-        .key(self.key(&["replicas_listing"]))
-        .key(self.key(&["replicas_dated"]))
-        .key(self.key(&["replicas_closing"]))
-        .key(self.key(&["earlier_release"]))
-        .key(self.key(&["plain_entries"]))
-        .key(self.key(&["unclosing"]))
         .arg(replica)
-        .arg(earlier_mark.as_millis().max(1) as i64)
         .invoke_async::<i64>(&mut self.conn())
         .await
         .context("recording a replica heartbeat in Redis")?;
@@ -269,60 +214,10 @@ impl SessionStore {
     }
 
     pub async fn remove_replica(&self, replica: &str) -> StoreResult<()> {
-        redis::pipe()
-            .zrem(self.key(&["replicas"]), replica)
-            .zrem(self.key(&["replicas_fencing"]), replica)
-            .zrem(self.key(&["replicas_listing"]), replica)
-            .zrem(self.key(&["replicas_dated"]), replica)
-            .zrem(self.key(&["replicas_closing"]), replica)
-            .query_async::<()>(&mut self.conn())
+        self.conn()
+            .zrem::<_, _, ()>(self.key(&["replicas"]), replica)
             .await
             .context("removing a replica from Redis")
-    }
-
-    /// The replicas a clean must hear from before it goes on, on Redis's
-    /// clock: every replica heard from within `silence`; except, when
-    /// `fencing` is given (the node enforces fencing epochs), the replicas
-    /// that send epochs count only if heard from within that shorter
-    /// silence. The node itself refuses whatever they send from before the
-    /// clean; only replicas of an earlier release must be waited out.
-    pub async fn replicas_to_wait_for(
-        &self,
-        silence: std::time::Duration,
-        fencing: Option<std::time::Duration>,
-    ) -> StoreResult<Vec<String>> {
-        redis::Script::new(&format!(
-            "{REDIS_NOW}
-             local live = redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[1]), '+inf')
-             if ARGV[2] == '' then return live end
-             local wait = {{}}
-             for _, replica in ipairs(live) do
-               local beat = redis.call('ZSCORE', KEYS[2], replica)
-               if not beat or tonumber(beat) >= now - tonumber(ARGV[2]) then
-                 wait[#wait + 1] = replica
-               end
-             end
-             return wait"
-        ))
-        .key(self.key(&["replicas"]))
-        .key(self.key(&["replicas_fencing"]))
-        .arg(silence.as_millis() as i64)
-        .arg(fencing.map_or_else(String::new, |f| f.as_millis().to_string()))
-        .invoke_async(&mut self.conn())
-        .await
-        .context("listing the replicas a clean waits for in Redis")
-    }
-
-    /// Whether a clean of the node is under way: its fence is up, or its
-    /// journal waits to be finished.
-    pub async fn clean_in_progress(&self, address: &str) -> StoreResult<bool> {
-        let (fenced, journaled): (bool, bool) = redis::pipe()
-            .hexists(self.key(&["fences"]), address)
-            .exists(self.key(&["journal", address]))
-            .query_async(&mut self.conn())
-            .await
-            .context("reading whether a node is being cleaned from Redis")?;
-        Ok(fenced || journaled)
     }
 
     /// Replicas that sent a heartbeat within `silence` of now, both on
@@ -336,6 +231,18 @@ impl SessionStore {
         .invoke_async(&mut self.conn())
         .await
         .context("listing live replicas in Redis")
+    }
+
+    /// Whether a clean of the node is under way: its fence is up, or its
+    /// journal waits to be finished.
+    pub async fn clean_in_progress(&self, address: &str) -> StoreResult<bool> {
+        let (fenced, journaled): (bool, bool) = redis::pipe()
+            .hexists(self.key(&["fences"]), address)
+            .exists(self.key(&["journal", address]))
+            .query_async(&mut self.conn())
+            .await
+            .context("reading whether a node is being cleaned from Redis")?;
+        Ok(fenced || journaled)
     }
 
     /// Writes the journal of a clean about to start, under the node's

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use redis::AsyncCommands;
 
 use super::routes::{owner, slot_of_tag, Primary};
-use super::walk::{ListWalk, Next, FIRST_CHUNK, LOOKAHEAD};
+use super::walk::{ListWalk, Next, FIRST_CHUNK};
 use super::{Context, NodeRecord, SessionStore, StoreResult};
 
 /// How many groups sessions are spread over: enough to spread over the
@@ -24,15 +24,14 @@ use super::{Context, NodeRecord, SessionStore, StoreResult};
 /// few enough that walking them all is one quick round of requests.
 pub const GROUPS: usize = 256;
 
-/// The most sessions one walk of a group's list returns (due.lua): a
+/// The most sessions one walk of a group's list returns: a
 /// burst that ends more at once is swept over several sweeps, and no
 /// script holds Redis long.
 const MAX_DUE_PER_GROUP: usize = 4_096;
 
 /// Entries without their mapping a walk reads past, besides the ones it
-/// returns (plain ids, which due.lua checks; dated strays count among the
-/// ended until the caller checks them): drop_strays.lua drops them, so a
-/// later walk does not read them again.
+/// returns (strays count among the ended until the caller checks them):
+/// drop_strays.lua drops them, so a later walk does not read them again.
 const MAX_STRAYS_PER_WALK: usize = 1_024;
 
 /// The four hex digits that name a session's mapping bucket: the first
@@ -45,11 +44,10 @@ pub(super) fn mapping_bucket(session_id: &str) -> String {
     digest[..4].to_owned()
 }
 
-/// The session id of an entry of a node's list: a dated entry is
-/// `{end, ms}\t{id}` (prelude.lua), a plain one (appended by the release
-/// before) the id alone. Ids hold no tab. Agrees with prelude.lua's
-/// `parse_entry` on every entry written (ends are i64s, written without a
-/// sign but a minus): the scripts read a session's keys where this says.
+/// The session id of an entry of a node's list, `{end, ms}\t{id}`
+/// (prelude.lua). Ids hold no tab. Agrees with prelude.lua's `parse_entry`
+/// on every entry written (ends are i64s, written without a sign but a
+/// minus): the scripts read a session's keys where this says.
 pub(super) fn entry_id(entry: &str) -> &str {
     match entry.split_once('\t') {
         Some((end, id)) if end.parse::<i64>().is_ok() => id,
@@ -76,10 +74,6 @@ fn from_value<T: redis::FromRedisValue>(value: redis::Value) -> StoreResult<T> {
         .map_err(redis::RedisError::from)
         .context(EXPIRING)
 }
-
-/// What due.lua finds in lists of plain ids: ended dated entries (not yet
-/// checked against their mappings), ended plain ids (checked), strays.
-type PlainWalk = (Vec<(String, i64)>, Vec<(String, i64)>, Vec<String>);
 
 /// Every group's name, `00` to `ff`.
 fn all_groups() -> impl Iterator<Item = String> {
@@ -114,14 +108,6 @@ impl SessionStore {
     /// the order they were placed (and so, give or take, of their end).
     pub(super) fn index_key(&self, group: &str, number: u64) -> String {
         self.group_key(group, &["due", &number.to_string()])
-    }
-
-    /// The index an earlier release kept for node `number` in `group`, a
-    /// zset of its sessions by their end: read and emptied beside the list,
-    /// written only while a replica of that release serves (and a session's
-    /// life after: store/fences.rs, heartbeat).
-    pub(super) fn earlier_index_key(&self, group: &str, number: u64) -> String {
-        self.group_key(group, &["expiring", &number.to_string()])
     }
 
     /// A node's number, if it is registered (read each time: a removed
@@ -262,8 +248,7 @@ impl SessionStore {
     /// The sessions on `address` whose life ends at or before `by_ms`, at
     /// most `limit`, those ending first first: O(expired) per group. Each
     /// list is read from its head in plain `LRANGE`s, every group at once
-    /// (walk.rs); a list holding plain ids of the release before is walked
-    /// by due.lua; an earlier release's zset is read by score. The ended
+    /// (walk.rs). The ended
     /// entries are checked against their mappings in one pipelined read,
     /// and those without a mapping to the node that ends when they say
     /// (strays) are dropped on the way (drop_strays.lua).
@@ -283,27 +268,15 @@ impl SessionStore {
         let mut dated: Vec<(String, i64, usize)> = Vec::new();
         let mut strays: Vec<(String, usize)> = Vec::new();
 
-        // Every list's head, and the zset beside it.
+        // Every list's head.
         let first: Vec<Vec<redis::Value>> = self
             .query_groups(EXPIRING, |group, pipe| {
                 pipe.lrange(self.index_key(group, number), 0, FIRST_CHUNK as isize - 1);
-                pipe.zrangebyscore_limit_withscores(
-                    self.earlier_index_key(group, number),
-                    "-inf",
-                    by_ms,
-                    0,
-                    per_group as isize,
-                );
             })
             .await?;
         for (walk, replies) in walks.iter_mut().zip(first) {
-            let mut replies = replies.into_iter();
-            if let Some(head) = replies.next() {
+            if let Some(head) = replies.into_iter().next() {
                 walk.take(from_value(head)?, FIRST_CHUNK, by_ms, per_group, most);
-            }
-            if let Some(earlier) = replies.next() {
-                let ended: Vec<(String, f64)> = from_value(earlier)?;
-                due.extend(ended.into_iter().map(|(id, end)| (id, end as i64)));
             }
         }
         // Lists with more ended entries than their head held, read on.
@@ -334,22 +307,12 @@ impl SessionStore {
                 }
             }
         }
-        let plain: std::collections::HashSet<usize> =
-            (0..GROUPS).filter(|&i| walks[i].plain).collect();
-        for walk in walks.into_iter().filter(|walk| !walk.plain) {
+        for walk in walks {
             dated.extend(walk.ended);
-        }
-        if !plain.is_empty() {
-            let (unchecked, checked, left) = self
-                .walk_plain_lists(number, by_ms, per_group, &plain)
-                .await?;
-            due.extend(checked);
-            dated.extend(unchecked.into_iter().map(|(id, end)| (id, end, 0)));
-            strays.extend(left.into_iter().map(|id| (id, 0)));
         }
         // A dated entry is the node's while its mapping names the node and
         // the same end. Any other is a stray: its session moved off the node
-        // when it failed, an earlier release ended it, or another replica's
+        // when it failed, or another replica's
         // clean took it (and its entry) since the walk.
         let ids: Vec<String> = dated.iter().map(|(id, _, _)| id.clone()).collect();
         let placements = self.placements_of(&ids).await?;
@@ -371,62 +334,6 @@ impl SessionStore {
         due.retain(|(id, _)| seen.insert(id.clone()));
         due.truncate(limit);
         Ok(due.into_iter().map(|(id, _)| id).collect())
-    }
-
-    /// due.lua over the lists of `groups` (indexes), which hold plain ids
-    /// of the release before. Loads the script where Redis lost it.
-    async fn walk_plain_lists(
-        &self,
-        number: u64,
-        by_ms: i64,
-        per_group: usize,
-        groups: &std::collections::HashSet<usize>,
-    ) -> StoreResult<PlainWalk> {
-        const CONTEXT: &str = "walking a node's lists of plain ids in Redis";
-        let walk = |group: &str, pipe: &mut redis::Pipeline| {
-            if groups.contains(&group_index(group)) {
-                pipe.cmd("EVALSHA")
-                    .arg(self.scripts.due.get_hash())
-                    .arg(1)
-                    .arg(self.index_key(group, number))
-                    .arg(self.group_prefix(group))
-                    .arg(number)
-                    .arg(by_ms)
-                    .arg(per_group)
-                    .arg(LOOKAHEAD)
-                    .arg(per_group + MAX_STRAYS_PER_WALK);
-            }
-        };
-        let mut found: Vec<Vec<redis::Value>> = Vec::new();
-        for attempt in 0..2 {
-            let replies = self.query_groups(CONTEXT, walk).await;
-            let missing = match &replies {
-                Err(error) => error.source.code() == Some("NOSCRIPT"),
-                Ok(groups) => groups.iter().flatten().any(
-                    |reply| matches!(reply, redis::Value::ServerError(e) if e.code() == "NOSCRIPT"),
-                ),
-            };
-            if !missing || attempt == 1 {
-                found = replies?;
-                break;
-            }
-            // A Redis that restarted (or a primary new to the cluster) has
-            // not got the script: loaded on every one, then walked again.
-            self.scripts
-                .due
-                .prepare_invoke()
-                .load_async(&mut self.conn())
-                .await
-                .context("loading the sweep's script into Redis")?;
-        }
-        let mut all = PlainWalk::default();
-        for walked in found.into_iter().flatten() {
-            let (dated, plain, strays): PlainWalk = from_value(walked)?;
-            all.0.extend(dated);
-            all.1.extend(plain);
-            all.2.extend(strays);
-        }
-        Ok(all)
     }
 
     /// Every session mapped to a node. O(sessions of the node): its index
@@ -453,8 +360,7 @@ impl SessionStore {
             .collect())
     }
 
-    /// Every entry of a node's indexes as Redis holds it (a dated entry,
-    /// a plain id, an id of an earlier release's zset), strays included,
+    /// Every entry of a node's lists as Redis holds it, strays included,
     /// in the lists' order (each list from its head). O(sessions of the
     /// node).
     pub(super) async fn index_entries(&self, address: &str) -> StoreResult<Vec<String>> {
@@ -464,7 +370,6 @@ impl SessionStore {
         let found: Vec<Vec<Vec<String>>> = self
             .query_groups("reading a node's sessions from Redis", |group, pipe| {
                 pipe.lrange(self.index_key(group, number), 0, -1);
-                pipe.zrange(self.earlier_index_key(group, number), 0, -1);
             })
             .await?;
         let mut seen = std::collections::HashSet::new();
@@ -481,8 +386,6 @@ impl SessionStore {
     /// mapping exists (place.lua; on a cluster the replica's view, settled
     /// later: view.rs); a replica that died in between, or a race it lost,
     /// leaves a count one too high until this runs.
-    /// A weight Redis has not recorded for placement (a node an earlier
-    /// release registered) is recorded from the node's own.
     pub async fn tally(&self, nodes: &[NodeRecord]) -> StoreResult<()> {
         if nodes.is_empty() {
             return Ok(());
@@ -491,37 +394,31 @@ impl SessionStore {
             .query_groups("counting a group's sessions in Redis", |group, pipe| {
                 for node in nodes {
                     pipe.llen(self.index_key(group, node.number));
-                    pipe.zcard(self.earlier_index_key(group, node.number));
                 }
             })
             .await?;
         let mut totals = vec![0u64; nodes.len()];
         for group in sizes {
-            for (total, size) in totals.iter_mut().zip(group.chunks(2)) {
-                *total += size.iter().sum::<u64>();
+            for (total, size) in totals.iter_mut().zip(group) {
+                *total += size;
             }
         }
-        let counts: Vec<(&str, i64, Option<u32>)> = nodes
+        let counts: Vec<(&str, i64)> = nodes
             .iter()
             .zip(totals)
-            .map(|(node, total)| (node.address.as_str(), total as i64, Some(node.weight)))
+            .map(|(node, total)| (node.address.as_str(), total as i64))
             .collect();
         self.set_counts(false, &counts).await
     }
 
-    /// Sets (or, with `add`, moves) registered nodes' counts; a weight given
-    /// is recorded where Redis has none (set_counts.lua). On a cluster a
-    /// move goes with the ones this replica's placements made (view.rs),
-    /// and those are settled before a count is set.
-    pub(super) async fn set_counts(
-        &self,
-        add: bool,
-        counts: &[(&str, i64, Option<u32>)],
-    ) -> StoreResult<()> {
+    /// Sets (or, with `add`, moves) registered nodes' counts
+    /// (set_counts.lua). On a cluster a move goes with the ones this
+    /// replica's placements made (view.rs), and those are settled before a
+    /// count is set.
+    pub(super) async fn set_counts(&self, add: bool, counts: &[(&str, i64)]) -> StoreResult<()> {
         if self.cluster {
-            let moves: Vec<(&str, i64)> = counts.iter().map(|(a, n, _)| (*a, *n)).collect();
-            if add && counts.iter().all(|(_, _, weight)| weight.is_none()) {
-                return self.settle_counts(&moves).await;
+            if add {
+                return self.settle_counts(counts).await;
             }
             self.settle_counts(&[]).await?;
         }
@@ -531,11 +428,8 @@ impl SessionStore {
             .key(self.key(&["counts"]))
             .key(self.key(&["weights"]))
             .arg(if add { "add" } else { "set" });
-        for (address, count, weight) in counts {
-            invocation
-                .arg(*address)
-                .arg(*count)
-                .arg(weight.map(|w| w.to_string()).unwrap_or_default());
+        for (address, count) in counts {
+            invocation.arg(*address).arg(*count);
         }
         invocation
             .invoke_async::<i64>(&mut self.conn())
@@ -581,12 +475,7 @@ impl SessionStore {
             keys.extend((0..GROUPS).map(|bucket| {
                 self.group_key(group, &["mappings", &format!("{group}{bucket:02x}")])
             }));
-            keys.extend(numbers.iter().flat_map(|number| {
-                [
-                    self.index_key(group, *number),
-                    self.earlier_index_key(group, *number),
-                ]
-            }));
+            keys.extend(numbers.iter().map(|number| self.index_key(group, *number)));
             pipe.del(keys);
         })
         .await?;
@@ -658,10 +547,7 @@ impl SessionStore {
     /// were unmapped; anything left would never be read again).
     pub(super) async fn delete_indexes(&self, number: u64) -> StoreResult<()> {
         self.query_groups::<redis::Value>("deleting a node's indexes in Redis", |group, pipe| {
-            pipe.del(&[
-                self.index_key(group, number),
-                self.earlier_index_key(group, number),
-            ]);
+            pipe.del(self.index_key(group, number));
         })
         .await?;
         Ok(())

@@ -110,8 +110,8 @@ impl SessionStore {
     }
 
     /// Compares the answering Redis with the one that completed the
-    /// registry. A registry of an earlier version that kept no identity
-    /// gets this one's.
+    /// registry (kept before the registry: a registry without one cannot
+    /// be vouched for, and is rebuilt).
     pub async fn identity(&self) -> StoreResult<Identity> {
         if self.cluster {
             return Ok(Identity::Same);
@@ -127,10 +127,7 @@ impl SessionStore {
         let found = match kept {
             Some(kept) if kept == run_id => Identity::Same,
             Some(_) => Identity::Changed,
-            None if registry => {
-                self.keep_identity().await?;
-                Identity::Same
-            }
+            None if registry => Identity::Changed,
             None => Identity::Unknown,
         };
         if found != Identity::Changed {

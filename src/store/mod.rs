@@ -20,10 +20,8 @@
 //! | `P{ctl}lock:{name}` | string | short admin locks (one operation per node at a time), renewed while held |
 //! | `P{ctl}fences`, `fence_seq`, `fence_acks:{addr}:{seq}`, `replicas`, `journal:{addr}` | | the clean fence, see [`fences`] |
 //! | `P{ctl}events` | pub/sub channel | wakes replicas when a fence is raised, lowered or acknowledged |
-//! | `P{ctl}replicas_listing`, `P{ctl}earlier_release` | zset, string | heartbeats of the replicas that index sessions in lists; set for `SESSION_TTL_SECS`, renewed by each heartbeat of this release while a replica of an earlier release (in `replicas` only) is registered: new sessions are then indexed in the zsets it reads (see `groups`) |
-//! | `P{ctl}replicas_dated`, `P{ctl}plain_entries` | zset, string | heartbeats of the replicas whose list entries carry the session's end; set like `earlier_release` while a replica of the release before (in `replicas_listing`, not here) is registered: new sessions are then appended as plain ids, which it reads |
-//! | `P{ctl}replicas_closing`, `P{ctl}unclosing` | zset, string | heartbeats of the replicas that close a node to new sessions before they move its sessions off it; set like `earlier_release` while a replica missing here is registered: a cluster replica's view then serves one placement (store/view.rs) |
 //! | `P{ctl}registry` | string | the registry's epoch: written once the registry and every group are complete; missing means Redis forgot (design.md, amnesia) |
+//! | `P{ctl}layout` | string | the storage layout's version ([`LAYOUT`]), written with the registry's epoch; a replica that finds another refuses to serve (`layout`) |
 //!
 //! **Session groups** (`P{s:gg}`, `gg` the first two hex digits of
 //! SHA-1(session id): 256 groups, each in its own slot, spread over the
@@ -32,8 +30,7 @@
 //! | key | type | holds |
 //! |---|---|---|
 //! | `P{s:gg}mappings:{gghh}` | hash | session id -> `{node number}:{base}:{expires at, ms}`; 256 buckets a group by the next two hex digits (small listpacks, not a key per session) |
-//! | `P{s:gg}due:{number}` | list | the group's sessions on node `number`, in the order they were placed (so, give or take a clock's skew, of their end: sessions live a fixed time): the sweep's index, each entry `{end, ms}\t{id}` (a plain id from the release before), walked from the head in plain `LRANGE`s (`walk`; `due.lua` for a list with plain ids); exact (an entry leaves with its mapping), and its length the group's count of the node (exact but for strays, entries whose session left: design.md, Indexes). A list packs into compact nodes at any length, where a zset past 128 entries costs a skiplist node and a dict entry per session |
-//! | `P{s:gg}expiring:{number}` | zset | the index of an earlier release (sessions by their end): read, counted and emptied beside the list, written only while `earlier_release` is set, so a rolling upgrade loses no session |
+//! | `P{s:gg}due:{number}` | list | the group's sessions on node `number`, in the order they were placed (so, give or take a clock's skew, of their end: sessions live a fixed time): the sweep's index, each entry `{end, ms}\t{id}`, walked from the head in plain `LRANGE`s (`walk`); exact (an entry leaves with its mapping), and its length the group's count of the node (exact but for strays, entries whose session left: design.md, Indexes). A list packs into compact nodes at any length, where a zset past 128 entries costs a skiplist node and a dict entry per session |
 //! | `P{s:gg}epoch` | string | the registry epoch the group belongs to: missing means this group's primary forgot |
 //! | `P{s:gg}closed` | set | numbers of the nodes closed to new sessions in this group (a cluster only): `claim.lua` refuses them; added before a removal, failover or wipe reads a node's sessions, removed when the node is up again (a removed node's stays) |
 //!
@@ -43,6 +40,7 @@
 mod fences;
 pub mod groups;
 mod identity;
+mod layout;
 pub mod lock;
 mod nodes;
 mod placement;
@@ -67,6 +65,7 @@ use timed::Connection;
 pub use crate::nodes::record::{NodeRecord, NodeState};
 pub use fences::{Fence, FenceReason, Journal};
 pub use identity::Identity;
+pub use layout::{Layout, LayoutMismatch, LAYOUT};
 pub use nodes::StateChange;
 pub use sessions::{Mapping, Placed, Placement};
 
@@ -155,9 +154,6 @@ struct Scripts {
     set_counts: redis::Script,
     delete_node: redis::Script,
     set_node_weight: redis::Script,
-    /// Run by its hash in the sweep's pipelines (groups.rs loads it where
-    /// a Redis answers that it has not got it).
-    due: redis::Script,
     drop_strays: redis::Script,
 }
 
@@ -229,7 +225,6 @@ impl SessionStore {
                 set_counts: with_prelude(include_str!("set_counts.lua")),
                 delete_node: redis::Script::new(include_str!("delete_node.lua")),
                 set_node_weight: with_prelude(include_str!("set_node_weight.lua")),
-                due: redis::Script::new(include_str!("due.lua")),
                 drop_strays: with_prelude(include_str!("drop_strays.lua")),
             }),
             node_addresses: Default::default(),
@@ -369,6 +364,7 @@ impl SessionStore {
     /// on the Redis that answers now.
     pub async fn set_registry_epoch(&self, epoch: &str) -> StoreResult<()> {
         self.keep_identity().await?;
+        self.keep_layout().await?;
         self.conn()
             .set::<_, _, ()>(self.key(&["registry"]), epoch)
             .await

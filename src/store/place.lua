@@ -8,23 +8,19 @@
 -- session's group are on different primaries.
 --
 -- KEYS[1] placeable, KEYS[2] registry epoch, KEYS[3] counts,
--- KEYS[4] node_numbers, KEYS[5] weights, KEYS[6] earlier_release, KEYS[7]
--- plain_entries; then for the i-th placement (from 1) KEYS[6 + 2i] its
--- bucket and KEYS[7 + 2i] its group's epoch (the chosen node's index is
--- named here, from the group's prefix and the node's number: its list, or
--- its zset while a replica of an earlier release serves, see
--- `index_new_session`).
+-- KEYS[4] node_numbers, KEYS[5] weights; then for the i-th placement
+-- (from 1) KEYS[4 + 2i] its bucket and KEYS[5 + 2i] its group's epoch
+-- (the chosen node's list is named here, from the group's prefix and the
+-- node's number, see `index_new_session`).
 -- ARGV: seven for each placement: its group's key prefix (`P{s:gg}`), id,
 -- base, expires_at_ms, stale node (''), preferred node (''), and a stale
 -- node number ('') that overrides the stale node's (a number the standing
 -- mapping named that Redis no longer knows).
 -- Returns one answer per placement: {1, number, base, exp} when created,
 -- {0, number, base, exp} for the mapping that stood, {-1} while the
--- registry or the group is not complete, {-2} when the chosen node has no
--- number (registered by an older release), false when no node is up.
+-- registry or the group is not complete, false when no node is up.
 local registry_complete = redis.call('EXISTS', KEYS[2]) == 1
 local counter = batch_counter(KEYS[1], KEYS[3], KEYS[5], KEYS[4])
-local mode = index_mode(KEYS[6], KEYS[7])
 
 local function place(bucket, group_epoch, group, id, base, expires_at, stale, preferred, unknown)
   if not registry_complete or redis.call('EXISTS', group_epoch) == 0 then
@@ -47,19 +43,17 @@ local function place(bucket, group_epoch, group, id, base, expires_at, stale, pr
     return false
   end
   local number = counter.number(node)
-  if not number then
-    return {-2}
-  end
   if current then
     -- A mapping to the node the caller saw fail does not stand: dropped,
-    -- with its count and its index entry (which stays in the list, a
-    -- stray, see `leave_failed_node`, unless the session is placed anew
-    -- on that very node: the list would count it twice).
+    -- with its count. Its entry stays in the failed node's list, a stray
+    -- (finding it there would read the list up to it on every such press,
+    -- all at once when a busy node fails); the failover's unmapping drops
+    -- it (unmap.lua), as does the sweep once its end has passed
+    -- (drop_strays.lua). Only a session placed anew on that very node
+    -- loses its old entry here: the list would count it twice.
     if standing == number then
       local _, _, exp = unpack_mapping(current)
-      drop_index_entry(group .. 'due:' .. number, group .. 'expiring:' .. number, id, exp)
-    elseif standing then
-      leave_failed_node(group .. 'expiring:' .. standing, id)
+      drop_index_entry(group .. 'due:' .. number, id, exp)
     end
     if standing then
       counter.one_less(stale)
@@ -68,14 +62,14 @@ local function place(bucket, group_epoch, group, id, base, expires_at, stale, pr
   end
   counter.one_more(node)
   redis.call('HSET', bucket, id, number .. ':' .. base .. ':' .. expires_at)
-  index_new_session(group, number, id, expires_at, mode)
+  index_new_session(group, number, id, expires_at)
   return {1, tonumber(number), tonumber(base), tonumber(expires_at)}
 end
 
 local answers = {}
-for i = 1, (#KEYS - 7) / 2 do
+for i = 1, (#KEYS - 5) / 2 do
   local a = 7 * (i - 1)
-  answers[i] = place(KEYS[6 + 2 * i], KEYS[7 + 2 * i], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3],
+  answers[i] = place(KEYS[4 + 2 * i], KEYS[5 + 2 * i], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3],
     ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7])
 end
 counter.settle()

@@ -156,7 +156,6 @@ impl SessionStore {
             return Ok(Decided::NoNode);
         };
         match *reply.as_slice() {
-            [-2] => Err(unnumbered_node()),
             [created, number, base, expires_at_ms] => Ok(Decided::Mapped {
                 number: number as u64,
                 base,
@@ -168,18 +167,9 @@ impl SessionStore {
     }
 
     /// The control keys `place.lua` and `view.lua` start with: placeable,
-    /// registry epoch, counts, node numbers, weights, and the marks of an
-    /// earlier release's replica serving (store/fences.rs, heartbeat).
+    /// registry epoch, counts, node numbers, weights.
     pub(super) fn placement_keys(&self, invocation: &mut redis::ScriptInvocation<'_>) {
-        for key in [
-            "placeable",
-            "registry",
-            "counts",
-            "node_numbers",
-            "weights",
-            "earlier_release",
-            "plain_entries",
-        ] {
+        for key in ["placeable", "registry", "counts", "node_numbers", "weights"] {
             invocation.key(self.key(&[key]));
         }
     }
@@ -219,15 +209,10 @@ impl SessionStore {
         let choice = self
             .choose(&request.stale, &request.preferred, closed)
             .await?;
-        let (node, number, mode) = match choice {
+        let (node, number) = match choice {
             Choice::NotReady => return Ok(Decided::NotReady),
             Choice::NoNode => return Ok(Decided::NoNode),
-            Choice::Unnumbered => return Err(unnumbered_node()),
-            Choice::Chosen {
-                address,
-                number,
-                mode,
-            } => (address, number, mode),
+            Choice::Chosen { address, number } => (address, number),
         };
         let stale_number = match request.stale.as_str() {
             "" => None,
@@ -236,25 +221,12 @@ impl SessionStore {
         let stale_number = request.unknown.parse::<u64>().ok().or(stale_number);
         let bucket = mapping_bucket(&request.id);
         let group = &bucket[..2];
-        let chosen_index = self.index_key(group, number);
-        let (stale_index, stale_earlier_index) = stale_number.map_or_else(
-            || (chosen_index.clone(), chosen_index.clone()),
-            |stale| {
-                (
-                    self.index_key(group, stale),
-                    self.earlier_index_key(group, stale),
-                )
-            },
-        );
         let claimed: Vec<i64> = self
             .scripts
             .claim
             .key(self.group_key(group, &["mappings", &bucket]))
             .key(self.group_key(group, &["epoch"]))
-            .key(chosen_index)
-            .key(stale_index)
-            .key(stale_earlier_index)
-            .key(self.earlier_index_key(group, number))
+            .key(self.index_key(group, number))
             .key(self.group_key(group, &["closed"]))
             .arg(self.group_prefix(group))
             .arg(&request.id)
@@ -262,7 +234,6 @@ impl SessionStore {
             .arg(request.base)
             .arg(request.expires_at_ms)
             .arg(stale_number.map(|n| n.to_string()).unwrap_or_default())
-            .arg(mode)
             .invoke_async(&mut self.conn())
             .await
             .context("creating a session mapping in Redis")?;
@@ -320,14 +291,6 @@ fn gone() -> StoreError {
     client_error(
         "placing a session in Redis",
         "the placement batch gave no answer (shutting down, or its run failed)",
-    )
-}
-
-/// The node chosen was registered by a release that gave it no number.
-fn unnumbered_node() -> StoreError {
-    client_error(
-        "choosing a node for a session in Redis",
-        "the node chosen has no number (registered by an older version)",
     )
 }
 

@@ -86,7 +86,7 @@ impl SessionStore {
             // exactly meanwhile.
             (_, Some(error)) => Err(error),
             (dropped, None) => {
-                self.set_counts(false, &[(address, 0, None)]).await?;
+                self.set_counts(false, &[(address, 0)]).await?;
                 Ok(dropped)
             }
         }
@@ -152,7 +152,7 @@ impl SessionStore {
         // the rest.
         let unmapped = unmapped.len();
         if unmapped > 0 {
-            self.set_counts(true, &[(address, -(unmapped as i64), None)])
+            self.set_counts(true, &[(address, -(unmapped as i64))])
                 .await?;
         }
         match failed {
@@ -163,7 +163,7 @@ impl SessionStore {
 
     /// The keys of a script over sessions of node `number` (a cluster
     /// needs every key a script touches named): each id's bucket and the
-    /// node's two indexes in its group, each key once. Worked out here, so
+    /// node's list in its group, each key once. Worked out here, so
     /// that the script finds a session's keys by their places in KEYS
     /// (prelude.lua's `session_keys`) instead of hashing the id again.
     fn session_keys<'a>(&self, number: u64, ids: impl Iterator<Item = &'a str>) -> SessionKeys {
@@ -171,17 +171,14 @@ impl SessionStore {
         for id in ids {
             let bucket = mapping_bucket(id);
             let group = &bucket[..2];
-            let indexes = keys.place_pair(
-                self.index_key(group, number),
-                self.earlier_index_key(group, number),
-            );
+            let indexes = keys.place(self.index_key(group, number));
             let bucket = keys.place(self.group_key(group, &["mappings", &bucket]));
             keys.of.push((bucket, indexes));
         }
         keys
     }
 
-    /// Drops `entries` (plain ids or dated entries, each with how far from
+    /// Drops `entries` (each with how far from
     /// its list's head the walk saw it, 0 if not known) from node
     /// `number`'s lists where no mapping of their id to the node stands
     /// (for a dated entry, none that ends when it says: drop_strays.lua
@@ -325,8 +322,7 @@ impl SessionStore {
 }
 
 /// A script's keys, each once, and where each of its sessions finds its
-/// own: (its bucket, its node's list, followed by the node's zset), as
-/// places in KEYS from 1.
+/// own: (its bucket, its node's list), as places in KEYS from 1.
 #[derive(Default)]
 struct SessionKeys {
     keys: Vec<String>,
@@ -342,16 +338,6 @@ impl SessionKeys {
         self.keys.push(key.clone());
         self.placed.insert(key, self.keys.len());
         self.keys.len()
-    }
-
-    /// Two keys side by side (a group's list and zset of one node).
-    fn place_pair(&mut self, first: String, second: String) -> usize {
-        if let Some(&at) = self.placed.get(&first) {
-            return at;
-        }
-        let at = self.place(first);
-        self.place(second);
-        at
     }
 
     fn declare(&self, invocation: &mut redis::ScriptInvocation<'_>) {
@@ -443,14 +429,14 @@ mod tests {
         assert_eq!(unpack_mapping("x:3:4"), None);
     }
 
-    /// Each session finds its bucket and its node's list and zset in its
-    /// group at the places it is given (from 1, as Lua's KEYS), and a key
+    /// Each session finds its bucket and its node's list in its group at
+    /// the places it is given (from 1, as Lua's KEYS), and a key
     /// two sessions share is declared once.
     #[tokio::test]
     async fn each_session_finds_its_own_keys_at_the_places_it_is_given() {
         let store = SessionStore::connect("redis://127.0.0.1:1", "t:").unwrap();
-        // A dated entry and a plain id of the same session, and others.
-        let entries = ["1796000000000\tu1", "u1", "u2", "u3", "u4"];
+        // Two entries of the same session, and others.
+        let entries = ["1796000000000\tu1", "1796000000001\tu1", "u2", "u3", "u4"];
         let keys = store.session_keys(7, entries.iter().map(|e| entry_id(e)));
         assert_eq!(keys.of.len(), entries.len());
         let mut unique = keys.keys.clone();
@@ -466,11 +452,6 @@ mod tests {
                 store.group_key(group, &["mappings", &expected])
             );
             assert_eq!(keys.keys[indexes - 1], store.index_key(group, 7), "{id}");
-            assert_eq!(
-                keys.keys[indexes],
-                store.earlier_index_key(group, 7),
-                "{id}"
-            );
         }
         assert_eq!(keys.of[0], keys.of[1], "one session, one set of keys");
     }
@@ -528,9 +509,12 @@ mod tests {
 
     #[test]
     fn the_entries_of_one_session_keep_their_order_across_the_cut() {
-        // A plain entry of the release before, then the dated one of the
-        // same id: an unmapping that walks a list names both, in its order.
-        let leaving = vec!["same".to_owned(), "1796000000000\tsame".to_owned()];
+        // Two entries of one id (a stray, then the live one): an unmapping
+        // that walks a list names both, in its order.
+        let leaving = vec![
+            "1796000000000\tsame".to_owned(),
+            "1796000000001\tsame".to_owned(),
+        ];
         let calls = unmap_calls(&leaving, &[], false);
         assert_eq!(calls.len(), 1);
         assert_eq!(calls[0].0, vec![&leaving[0], &leaving[1]]);

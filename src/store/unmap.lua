@@ -4,8 +4,7 @@
 -- count of the node stays exact); the id/base pairs still on the node take
 -- their new base. A session mapped elsewhere is left alone, so running
 -- this twice changes nothing the second time.
--- KEYS: the node's indexes in those groups (its lists and an earlier
--- release's zsets) and the buckets of the ids.
+-- KEYS: the node's lists in those groups and the buckets of the ids.
 -- ARGV: the node lock's key ('' on a cluster, where the caller checked it)
 -- and its holder's token, the node's number, count of leaving ids L; then
 -- L times an id (or a list entry) and its keys' places (`session_keys`);
@@ -16,7 +15,6 @@ if ARGV[1] ~= '' and redis.call('GET', ARGV[1]) ~= ARGV[2] then
 end
 local number, n = ARGV[3], tonumber(ARGV[4])
 local unmapped = {}
-local hints = index_hints()
 for i = 5, 4 + 3 * n, 3 do
   -- An id, or an entry as the node's list holds it (a failover names
   -- what it read there, strays included).
@@ -24,7 +22,7 @@ for i = 5, 4 + 3 * n, 3 do
   if string.find(entry, '\t', 1, true) then
     id = parse_entry(entry)
   end
-  local key, due, expiring = session_keys(ARGV[i + 1], ARGV[i + 2])
+  local key, due = session_keys(ARGV[i + 1], ARGV[i + 2])
   local value = redis.call('HGET', key, id)
   local on, _, exp
   if value then
@@ -33,15 +31,13 @@ for i = 5, 4 + 3 * n, 3 do
   if on == number then
     redis.call('HDEL', key, id)
     unmapped[#unmapped + 1] = id
-    drop_index_entry(due, expiring, id, exp, hints)
-  elseif not (hints.has_zset(expiring) and redis.call('ZREM', expiring, id) == 1) then
+    drop_index_entry(due, id, exp)
+  elseif redis.call('LPOS', due, entry, 'MAXLEN', 64) then
     -- Not the node's: a stray (left by a placement that moved the session
-    -- off the node when it failed, or by an earlier release), dropped
-    -- where it is cheap to find (a repeated clean must not scan whole
-    -- lists); the sweep drops the rest once their end has passed.
-    if redis.call('LPOS', due, entry, 'MAXLEN', 64) then
-      redis.call('LREM', due, 1, entry)
-    end
+    -- off the node when it failed), dropped where it is cheap to find (a
+    -- repeated clean must not scan whole lists); the sweep drops the rest
+    -- once their end has passed.
+    redis.call('LREM', due, 1, entry)
   end
 end
 for i = 5 + 3 * n, #ARGV, 4 do

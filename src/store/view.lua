@@ -5,25 +5,16 @@
 -- mapping is still created only by claim.lua, in the session's own slot.
 --
 -- KEYS[1] placeable (up nodes by active sessions), KEYS[2] registry epoch,
--- KEYS[3] counts, KEYS[4] node_numbers, KEYS[5] weights, KEYS[6]
--- earlier_release, KEYS[7] plain_entries, KEYS[8] unclosing (a replica
--- whose removals and failovers do not close nodes serves: store/fences.rs,
--- heartbeat).  ARGV: address/delta pairs, each
--- moving a registered node's count (never below zero; `set_count`).
--- Returns, as strings: '1' if the registry is complete (else '0'), how
--- new sessions are indexed (`index_mode`), '1' while the `unclosing` mark
--- stands (the view then serves one placement), then for each up node, lowest
--- score first (ties by name, as `ZRANGE` orders them): its address, its
--- score, its number ('' for a node an older release registered without
--- one) and its weight.
+-- KEYS[3] counts, KEYS[4] node_numbers, KEYS[5] weights.
+-- ARGV: address/delta pairs, each moving a registered node's count (never
+-- below zero; `set_count`).
+-- Returns, as strings: '1' if the registry is complete (else '0'), then
+-- for each up node, lowest score first (ties by name, as `ZRANGE` orders
+-- them): its address, its score, its number and its weight.
 for i = 1, #ARGV, 2 do
   set_count(KEYS[1], KEYS[3], KEYS[5], ARGV[i], tonumber(ARGV[i + 1]), true)
 end
-local view = {
-  tostring(redis.call('EXISTS', KEYS[2])),
-  tostring(index_mode(KEYS[6], KEYS[7])),
-  tostring(redis.call('EXISTS', KEYS[8])),
-}
+local view = {tostring(redis.call('EXISTS', KEYS[2]))}
 local up = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 for i = 1, #up, 2 do
   local addr = up[i]

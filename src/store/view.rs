@@ -66,11 +66,6 @@ impl PlacementView {
 pub(super) struct ViewState {
     read_at: Option<Instant>,
     complete: bool,
-    mode: i64,
-    /// A replica that does not close nodes before moving their sessions
-    /// (an earlier release) serves: the view serves one placement, so a
-    /// choice is as fresh as that replica's own.
-    once: bool,
     /// The up nodes, as `placeable` held them when read.
     nodes: Vec<ViewNode>,
     /// Count moves made here and not yet in Redis, by node address.
@@ -87,7 +82,7 @@ struct ViewNode {
     /// Active sessions per unit of weight when read (its `placeable` score).
     score: f64,
     weight: f64,
-    number: Option<u64>,
+    number: u64,
     /// Sessions this replica placed on it since.
     placed: i64,
 }
@@ -104,13 +99,9 @@ pub(super) enum Choice {
     /// The registry is being rebuilt: nothing is placed.
     NotReady,
     NoNode,
-    /// The node chosen has no number (an older release registered it).
-    Unnumbered,
     Chosen {
         address: String,
         number: u64,
-        /// How the claim indexes the session (prelude.lua, `index_mode`).
-        mode: i64,
     },
 }
 
@@ -118,19 +109,13 @@ impl ViewState {
     /// Whether the view may still serve at `now`, read `ttl` ago at most.
     pub(super) fn fresh(&self, now: Instant, ttl: Duration) -> bool {
         self.read_at
-            .filter(|_| !self.once)
             .is_some_and(|read| now.saturating_duration_since(read) < ttl)
     }
 
     /// Takes `view.lua`'s reply, asked for at `now`, as the view (the
     /// moves it was sent are the caller's to clear).
     pub(super) fn install(&mut self, reply: Vec<String>, now: Instant) -> Result<(), String> {
-        let (head, nodes) = reply
-            .split_at_checked(3)
-            .ok_or("a reply without its head")?;
-        let mode = head[1]
-            .parse()
-            .map_err(|_| format!("index mode {:?}", head[1]))?;
+        let (head, nodes) = reply.split_first().ok_or("a reply without its head")?;
         if nodes.len() % 4 != 0 {
             return Err(format!("{} fields for the up nodes", nodes.len()));
         }
@@ -141,7 +126,9 @@ impl ViewState {
                 Ok(ViewNode {
                     address: node[0].clone(),
                     score: number(&node[1])?,
-                    number: node[2].parse().ok(),
+                    number: node[2]
+                        .parse()
+                        .map_err(|_| format!("node number {:?}", node[2]))?,
                     weight: number(&node[3])?.max(f64::MIN_POSITIVE),
                     placed: 0,
                 })
@@ -149,9 +136,7 @@ impl ViewState {
             .collect::<Result<_, String>>()?;
         *self = ViewState {
             read_at: Some(now),
-            complete: head[0] == "1",
-            mode,
-            once: head[2] == "1",
+            complete: head == "1",
             nodes,
             pending: std::mem::take(&mut self.pending),
             refused: HashSet::new(),
@@ -185,15 +170,11 @@ impl ViewState {
             return Choice::NoNode;
         };
         let node = &mut self.nodes[at];
-        let Some(number) = node.number else {
-            return Choice::Unnumbered;
-        };
         node.placed += 1;
         *self.pending.entry(node.address.clone()).or_default() += 1;
         Choice::Chosen {
             address: node.address.clone(),
-            number,
-            mode: self.mode,
+            number: node.number,
         }
     }
 
@@ -281,7 +262,6 @@ impl SessionStore {
         let asked = Instant::now();
         let mut invocation = self.scripts.view.prepare_invoke();
         self.placement_keys(&mut invocation);
-        invocation.key(self.key(&["unclosing"]));
         for (address, delta) in state.pending() {
             invocation.arg(address).arg(delta);
         }
@@ -307,12 +287,8 @@ mod tests {
     use super::*;
 
     /// A view as `view.lua` sends it.
-    fn reply(complete: bool, mode: i64, nodes: &[(&str, &str, &str, &str)]) -> Vec<String> {
-        let mut reply = vec![
-            if complete { "1" } else { "0" }.to_owned(),
-            mode.to_string(),
-            "0".to_owned(),
-        ];
+    fn reply(complete: bool, nodes: &[(&str, &str, &str, &str)]) -> Vec<String> {
+        let mut reply = vec![if complete { "1" } else { "0" }.to_owned()];
         for (address, score, number, weight) in nodes {
             reply.extend([address, score, number, weight].map(|s| s.to_string()));
         }
@@ -321,9 +297,7 @@ mod tests {
 
     fn view(nodes: &[(&str, &str, &str, &str)]) -> ViewState {
         let mut state = ViewState::default();
-        state
-            .install(reply(true, 0, nodes), Instant::now())
-            .unwrap();
+        state.install(reply(true, nodes), Instant::now()).unwrap();
         state
     }
 
@@ -383,7 +357,7 @@ mod tests {
         assert_eq!(chosen(state.choose("", "a", &[])), "b");
         assert_eq!(state.pending(), [("b", 1)]);
         state
-            .install(reply(true, 0, &[("a", "0", "1", "1")]), Instant::now())
+            .install(reply(true, &[("a", "0", "1", "1")]), Instant::now())
             .unwrap();
         assert_eq!(chosen(state.choose("", "", &[])), "a");
     }
@@ -399,14 +373,10 @@ mod tests {
     fn nothing_is_placed_while_the_registry_is_incomplete_or_no_node_is_up() {
         let mut state = ViewState::default();
         state
-            .install(reply(false, 0, &[("a", "0", "1", "1")]), Instant::now())
+            .install(reply(false, &[("a", "0", "1", "1")]), Instant::now())
             .unwrap();
         assert_eq!(state.choose("", "", &[]), Choice::NotReady);
         assert_eq!(view(&[]).choose("", "", &[]), Choice::NoNode);
-        assert_eq!(
-            view(&[("a", "0", "", "1")]).choose("", "", &[]),
-            Choice::Unnumbered
-        );
         assert!(state.pending().is_empty());
     }
 
@@ -434,7 +404,7 @@ mod tests {
         // What was pending went with the read (read_view clears it).
         state.pending.clear();
         state
-            .install(reply(true, 2, &[("a", "1", "1", "1")]), read)
+            .install(reply(true, &[("a", "1", "1", "1")]), read)
             .unwrap();
         assert!(state.pending().is_empty());
         assert_eq!(
@@ -442,33 +412,22 @@ mod tests {
             Choice::Chosen {
                 address: "a".into(),
                 number: 1,
-                mode: 2
             }
         );
     }
 
     #[test]
-    fn while_a_replica_that_does_not_close_nodes_serves_a_view_serves_one_placement() {
-        let read = Instant::now();
-        let mut reply = reply(true, 0, &[("a", "0", "1", "1")]);
-        reply[2] = "1".into();
-        let mut state = ViewState::default();
-        state.install(reply, read).unwrap();
-        assert!(!state.fresh(read, VIEW_TTL));
-    }
-
-    #[test]
     fn a_reply_that_is_not_a_view_is_refused() {
         let mut state = ViewState::default();
-        assert!(state.install(vec!["1".into()], Instant::now()).is_err());
+        assert!(state.install(vec![], Instant::now()).is_err());
         assert!(state
-            .install(
-                vec!["1".into(), "0".into(), "0".into(), "a".into()],
-                Instant::now()
-            )
+            .install(vec!["1".into(), "a".into()], Instant::now())
             .is_err());
         assert!(state
-            .install(reply(true, 0, &[("a", "x", "1", "1")]), Instant::now())
+            .install(reply(true, &[("a", "x", "1", "1")]), Instant::now())
+            .is_err());
+        assert!(state
+            .install(reply(true, &[("a", "0", "", "1")]), Instant::now())
             .is_err());
     }
 }

@@ -5,9 +5,7 @@
 //! stops after [`LOOKAHEAD`] live ones. Each entry carries its session's
 //! end (prelude.lua, `dated_entry`), so this reads the list and nothing
 //! else, in plain `LRANGE`s: no script, no mapping read, where a script
-//! doing the same paid about a microsecond of Lua per entry. A list that
-//! holds a plain id (appended by the release before, whose entries carry
-//! no end) is walked by due.lua instead, which reads those ids' mappings.
+//! doing the same paid about a microsecond of Lua per entry.
 
 /// How many live sessions end a walk of a list. A session that ended
 /// behind a live one (placed by a replica whose clock is behind, or with a
@@ -31,8 +29,6 @@ pub(super) struct ListWalk {
     /// (its position plus one), in list order, to be checked against their
     /// mappings by the caller.
     pub ended: Vec<(String, i64, usize)>,
-    /// The list holds a plain id: due.lua walks it instead.
-    pub plain: bool,
     done: bool,
 }
 
@@ -41,14 +37,13 @@ pub(super) struct ListWalk {
 pub(super) enum Next {
     /// `LRANGE` from `start` to `stop` (inclusive).
     Read { start: usize, stop: usize },
-    /// A plain id was met: due.lua walks the list.
-    Script,
 }
 
 impl ListWalk {
     /// Takes the chunk read at `self.read` (`asked` entries asked for):
     /// ended entries (by `by_ms`) are kept, live ones counted, until
-    /// `limit` ended, [`LOOKAHEAD`] live, or `most` read.
+    /// `limit` ended, [`LOOKAHEAD`] live, or `most` read. An entry that is
+    /// not `{end}\t{id}` (none is written so) is read past.
     pub fn take(
         &mut self,
         chunk: Vec<String>,
@@ -63,8 +58,8 @@ impl ListWalk {
                 .split_once('\t')
                 .and_then(|(end, id)| Some((end.parse::<i64>().ok()?, id)))
             else {
-                self.plain = true;
-                return;
+                self.read += 1;
+                continue;
             };
             self.read += 1;
             if end > by_ms {
@@ -82,9 +77,6 @@ impl ListWalk {
 
     /// What to read next; `None` when the walk is over.
     pub fn next(&self, most: usize) -> Option<Next> {
-        if self.plain {
-            return Some(Next::Script);
-        }
         if self.done || self.read >= most {
             return None;
         }
@@ -166,17 +158,11 @@ mod tests {
     }
 
     #[test]
-    fn a_plain_id_hands_the_list_to_the_script() {
+    fn an_entry_without_an_end_is_read_past() {
         let mut walk = ListWalk::default();
-        walk.take(
-            vec![dated(1, "a"), "plain-id".to_owned()],
-            32,
-            10,
-            100,
-            1000,
-        );
-        assert!(walk.plain);
-        assert_eq!(walk.next(1000), Some(Next::Script));
+        walk.take(vec!["no-end".to_owned(), dated(1, "a")], 32, 10, 100, 1000);
+        assert_eq!(walk.ended, [("a".to_owned(), 1, 2)]);
+        assert_eq!(walk.read, 2);
     }
 
     #[test]
@@ -184,6 +170,5 @@ mod tests {
         let mut walk = ListWalk::default();
         walk.take(vec![dated(1, "12:34\u{e9}")], 32, 10, 100, 1000);
         assert_eq!(walk.ended, [("12:34\u{e9}".to_owned(), 1, 1)]);
-        assert!(!walk.plain);
     }
 }

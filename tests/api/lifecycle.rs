@@ -220,7 +220,7 @@ async fn a_press_waits_behind_a_raised_fence_and_then_counts_on() {
 }
 
 #[tokio::test]
-async fn an_interrupted_clean_is_finished_by_the_next_sweep_by_folding_again() {
+async fn an_interrupted_clean_is_finished_by_the_next_sweep_by_cleaning_and_folding_again() {
     let app = spawn_app_with(common::test_config()).await;
     let nodes = start_nodes(&app, 1, true).await;
     let addr = nodes[0].address.clone();
@@ -233,6 +233,7 @@ async fn an_interrupted_clean_is_finished_by_the_next_sweep_by_folding_again() {
     // forgets everything, and the cleaner dies before the fold.
     let store = &app.ctx.store;
     let (addr, a) = (&addr, &a);
+    let token = app.ctx.archive.issue_token(addr).await.unwrap();
     common::under_node_lock(store, addr, |lock| async move {
         let seq = store
             .raise_fence(lock.lock(), addr, Duration::ZERO, FenceReason::Clean)
@@ -240,7 +241,7 @@ async fn an_interrupted_clean_is_finished_by_the_next_sweep_by_folding_again() {
             .unwrap();
         let journal = nodes_control::store::Journal {
             seq,
-            generation: None,
+            generation: token,
             leaving: vec![a.clone()],
             selective: false,
         };
@@ -253,13 +254,14 @@ async fn an_interrupted_clean_is_finished_by_the_next_sweep_by_folding_again() {
     let cleaned = app
         .http
         .post(format!("{addr}/clean"))
-        .json(&serde_json::json!({ "archive": true }))
+        .json(&serde_json::json!({ "archive": true, "generation": token }))
         .send()
         .await
         .unwrap();
     assert_eq!(cleaned.status(), 200);
     assert_eq!(nodes[0].node.session_count().await, 0);
-    // The stale fence (deadline passed) is found and the fold repeated.
+    // The stale fence (deadline passed) is found, the clean sent again
+    // (the node holds nothing more to archive) and folded.
     let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
     assert_eq!(report.recovered, 1, "{report:?}");
     assert!(

@@ -16,6 +16,7 @@ mod fencing;
 mod front;
 mod hardening;
 mod history;
+mod layout;
 mod lifecycle;
 mod logs;
 mod metrics;

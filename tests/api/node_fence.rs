@@ -27,7 +27,7 @@ async fn begin_clean(
         .unwrap();
     let journal = Journal {
         seq,
-        generation: Some(app.ctx.archive.issue_token(addr).await.unwrap()),
+        generation: app.ctx.archive.issue_token(addr).await.unwrap(),
         leaving: vec![leaving.to_owned()],
         selective: true,
     };
@@ -73,8 +73,8 @@ async fn a_clean_records_its_token_as_the_nodes_epoch_and_presses_carry_it() {
     assert_eq!(app.press(&s).await.clicks(), 4, "restored from its 3");
 }
 
-/// A replica of an earlier release cleans without recording the epoch:
-/// its fence came down when the clean was done, so a press the node
+/// A cleaner that lost Redis after its fence came down did not record the
+/// epoch: its fence came down when the clean was done, so a press the node
 /// refuses learns the node's word and goes on.
 #[tokio::test]
 async fn a_press_refused_after_a_clean_the_registry_did_not_record_is_answered() {
@@ -86,8 +86,8 @@ async fn a_press_refused_after_a_clean_the_registry_did_not_record_is_answered()
     for _ in 0..3 {
         app.press(&s).await;
     }
-    // The earlier release's clean of `s`: fence, token, /clean, unmap,
-    // completed token, fence down; no epoch recorded.
+    // A clean of `s`: fence, token, /clean, unmap, completed token, fence
+    // down; the epoch never recorded.
     let (app, addr, s) = (&app, &addr, &s);
     let token = common::under_node_lock(store, addr, |lock| async move {
         let seq = store
@@ -194,7 +194,7 @@ async fn a_cleaner_resuming_after_its_lock_passed_on_changes_nothing() {
     let (app_ref, addr_ref, s_ref) = (&app, addr.as_str(), s.as_str());
     common::under_node_lock(store, addr_ref, |lock| async move {
         let journal = begin_clean(app_ref, &lock, s_ref, Duration::ZERO).await;
-        let (seq, generation) = (journal.seq, journal.generation.unwrap());
+        let (seq, generation) = (journal.seq, journal.generation);
         let clean = serde_json::json!({
             "archive": true, "session_ids": [s_ref], "generation": generation
         });

@@ -153,7 +153,6 @@ async fn removing_a_node_takes_its_mappings_and_indexes_along() {
     assert!(!keys(&prefix, "mappings:").await.is_empty());
     app.remove_node(&nodes[0].address).await;
     assert_eq!(keys(&prefix, "due:").await, Vec::<String>::new());
-    assert_eq!(keys(&prefix, "expiring:").await, Vec::<String>::new());
     assert_eq!(keys(&prefix, "mappings:").await, Vec::<String>::new());
 }
 
@@ -190,32 +189,6 @@ async fn on_owner<T: redis::FromRedisValue>(cmd: &redis::Cmd) -> T {
         }
     }
     panic!("no Redis server took {cmd:?}");
-}
-
-#[tokio::test]
-async fn a_weight_an_earlier_release_never_recorded_for_placement_is_recorded_by_the_sweep() {
-    let app = spawn_app().await;
-    let nodes = start_nodes(&app, 2, false).await;
-    let heavy = &nodes[1].address;
-    let (status, body) = app
-        .node_command(serde_json::json!({ "action": "add", "address": heavy, "weight": 4 }))
-        .await;
-    assert_eq!(status, 200, "{body}");
-    // A registry an earlier release wrote: the weight in the node's hash only.
-    let weights = format!("{}{{ctl}}weights", app.ctx.store.prefix());
-    let _: i64 = on_owner(redis::cmd("HDEL").arg(&weights).arg(heavy)).await;
-
-    app.sweeper.sweep_once(now_ms()).await.unwrap();
-    let recorded: Option<u32> = on_owner(redis::cmd("HGET").arg(&weights).arg(heavy)).await;
-    assert_eq!(recorded, Some(4));
-    let tag = unique("backfilled");
-    let mut on_heavy = 0;
-    for i in 0..10 {
-        let answer = app.press(&format!("{tag}-{i}")).await;
-        assert_eq!(answer.status, 200);
-        on_heavy += usize::from(answer.served_by.as_deref() == Some(nodes[1].name.as_str()));
-    }
-    assert_eq!(on_heavy, 8, "weights 1 and 4: 2 and 8 of 10 new sessions");
 }
 
 /// The group (first two hex digits of SHA-1) and bucket (first four) of an
@@ -265,74 +238,8 @@ async fn write_mapping(
     group
 }
 
-/// A session an earlier release placed: its mapping, and its entry in the
-/// zset index that release kept (`expiring:{number}`, scored by its end).
-async fn place_as_earlier_release(
-    store: &nodes_control::store::SessionStore,
-    id: &str,
-    number: u64,
-    exp: i64,
-) {
-    let group = write_mapping(store, id, number, exp).await;
-    let _: i64 = on_owner(
-        redis::cmd("ZADD")
-            .arg(store.group_key(&group, &["expiring", &number.to_string()]))
-            .arg(exp)
-            .arg(id),
-    )
-    .await;
-}
-
 #[tokio::test]
-async fn sessions_an_earlier_release_indexed_are_counted_swept_and_listed() {
-    let app = spawn_app().await;
-    let nodes = start_nodes(&app, 1, false).await;
-    let store = &app.ctx.store;
-    let address = &nodes[0].address;
-    let number = store.get_node(address).await.unwrap().unwrap().number;
-    let tag = unique("earlier");
-    let ended: Vec<String> = (0..3).map(|i| format!("{tag}-ended-{i}")).collect();
-    let live: Vec<String> = (0..2).map(|i| format!("{tag}-live-{i}")).collect();
-    for id in &ended {
-        place_as_earlier_release(store, id, number, now_ms() - 1_000).await;
-    }
-    for id in &live {
-        place_as_earlier_release(store, id, number, now_ms() + 60_000).await;
-    }
-    // And one this release places, in its list.
-    let new = format!("{tag}-new");
-    store
-        .place(&new, 0, now_ms() + 60_000, None, None)
-        .await
-        .unwrap();
-
-    let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
-    assert_eq!(report.unmapped, 3, "{report:?}");
-    for id in &ended {
-        assert_eq!(store.lookup(id).await.unwrap(), None, "{id} ended");
-    }
-    let mut listed = store.node_sessions(address).await.unwrap();
-    listed.sort();
-    let mut expected = live.clone();
-    expected.push(new.clone());
-    expected.sort();
-    assert_eq!(listed, expected);
-    assert_eq!(active_sessions(&app, address).await, Some(3));
-
-    // Removing the node unmaps both kinds and leaves neither index behind.
-    app.remove_node(address).await;
-    for id in live.iter().chain([&new]) {
-        assert_eq!(store.lookup(id).await.unwrap(), None, "{id} unmapped");
-    }
-    assert_eq!(
-        keys(store.prefix(), "expiring:").await,
-        Vec::<String>::new()
-    );
-    assert_eq!(keys(store.prefix(), "due:").await, Vec::<String>::new());
-}
-
-#[tokio::test]
-async fn an_entry_whose_session_an_earlier_release_ended_is_dropped_and_not_counted() {
+async fn an_entry_whose_mapping_is_gone_is_dropped_and_not_counted() {
     let app = spawn_app().await;
     let nodes = start_nodes(&app, 1, false).await;
     let store = &app.ctx.store;
@@ -346,9 +253,8 @@ async fn an_entry_whose_session_an_earlier_release_ended_is_dropped_and_not_coun
         };
         store.place(id, 0, exp, None, None).await.unwrap();
     }
-    // An earlier release ends the first two as it always did (a press
-    // found them ended): it deletes their mappings and knows nothing of
-    // this release's list.
+    // The first two lose their mappings behind their list entries (as a
+    // session moved off a failed node leaves its entry there, a stray).
     for id in &ids[..2] {
         let bucket = bucket_of(id);
         let _: i64 = on_owner(
@@ -397,30 +303,6 @@ async fn a_session_that_ended_behind_longer_lived_ones_is_swept() {
     assert_eq!(listed, [ids[0].clone(), ids[1].clone()]);
 }
 
-/// Records a heartbeat, as a replica of an earlier release sends it (only
-/// in `replicas`), at now on Redis's clock.
-async fn heartbeat_of_an_earlier_release(
-    store: &nodes_control::store::SessionStore,
-    replica: &str,
-) {
-    heartbeat_in(store, "replicas", replica).await;
-}
-
-/// Records a heartbeat in the registry `zset`, at now on Redis's clock.
-async fn heartbeat_in(store: &nodes_control::store::SessionStore, zset: &str, replica: &str) {
-    let _: i64 = on_owner(
-        redis::cmd("EVAL")
-            .arg(
-                "local t = redis.call('TIME')
-                 return redis.call('ZADD', KEYS[1], t[1] * 1000 + math.floor(t[2] / 1000), ARGV[1])",
-            )
-            .arg(1)
-            .arg(store.key(&[zset]))
-            .arg(replica),
-    )
-    .await;
-}
-
 /// The entries of a node's list in the group of `id`, as Redis holds them.
 async fn list_entries(
     store: &nodes_control::store::SessionStore,
@@ -435,23 +317,6 @@ async fn list_entries(
             .arg(-1),
     )
     .await
-}
-
-/// A session the release before this one placed: its mapping, and its id
-/// alone at the tail of the node's list (`due:{number}`).
-async fn place_as_release_before(
-    store: &nodes_control::store::SessionStore,
-    id: &str,
-    number: u64,
-    exp: i64,
-) {
-    let group = write_mapping(store, id, number, exp).await;
-    let _: i64 = on_owner(
-        redis::cmd("RPUSH")
-            .arg(store.group_key(&group, &["due", &number.to_string()]))
-            .arg(id),
-    )
-    .await;
 }
 
 #[tokio::test]
@@ -483,221 +348,6 @@ async fn each_list_entry_carries_its_sessions_end_so_the_walk_reads_the_list_alo
             .unwrap(),
         Vec::<String>::new()
     );
-}
-
-#[tokio::test]
-async fn sessions_the_release_before_listed_as_plain_ids_are_counted_swept_and_listed() {
-    let app = spawn_app().await;
-    let nodes = start_nodes(&app, 1, false).await;
-    let store = &app.ctx.store;
-    let address = &nodes[0].address;
-    let number = store.get_node(address).await.unwrap().unwrap().number;
-    let tag = unique("plain");
-    let ended: Vec<String> = (0..3).map(|i| format!("{tag}-ended-{i}")).collect();
-    let live: Vec<String> = (0..2).map(|i| format!("{tag}-live-{i}")).collect();
-    for id in &ended {
-        place_as_release_before(store, id, number, now_ms() - 1_000).await;
-    }
-    for id in &live {
-        place_as_release_before(store, id, number, now_ms() + 60_000).await;
-    }
-    // And one whose mapping that release ended behind the list's back.
-    let gone = format!("{tag}-gone");
-    place_as_release_before(store, &gone, number, now_ms() + 60_000).await;
-    let bucket = bucket_of(&gone);
-    let _: i64 = on_owner(
-        redis::cmd("HDEL")
-            .arg(store.group_key(&bucket[..2], &["mappings", &bucket]))
-            .arg(&gone),
-    )
-    .await;
-    let new = format!("{tag}-new");
-    store
-        .place(&new, 0, now_ms() + 60_000, None, None)
-        .await
-        .unwrap();
-
-    let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
-    assert_eq!(report.unmapped, 3, "{report:?}");
-    for id in &ended {
-        assert_eq!(store.lookup(id).await.unwrap(), None, "{id} ended");
-    }
-    let mut listed = store.node_sessions(address).await.unwrap();
-    listed.sort();
-    let mut expected = live.clone();
-    expected.push(new.clone());
-    expected.sort();
-    assert_eq!(listed, expected);
-    assert_eq!(active_sessions(&app, address).await, Some(3));
-    assert_eq!(
-        list_entries(store, &gone, number)
-            .await
-            .iter()
-            .filter(|e| e.ends_with(&gone))
-            .count(),
-        0
-    );
-
-    app.remove_node(address).await;
-    for id in live.iter().chain([&new]) {
-        assert_eq!(store.lookup(id).await.unwrap(), None, "{id} unmapped");
-    }
-    assert_eq!(keys(store.prefix(), "due:").await, Vec::<String>::new());
-}
-
-#[tokio::test]
-async fn while_a_replica_of_the_release_before_serves_new_sessions_are_listed_as_it_reads_them() {
-    let app = spawn_app().await;
-    let nodes = start_nodes(&app, 1, false).await;
-    let store = &app.ctx.store;
-    let number = store
-        .get_node(&nodes[0].address)
-        .await
-        .unwrap()
-        .unwrap()
-        .number;
-    let tag = unique("before");
-    let ids = ids_of_one_group(&tag, 2);
-    store
-        .place(&ids[0], 0, now_ms() + 60_000, None, None)
-        .await
-        .unwrap();
-    // A replica of the release before heartbeats in `replicas` and
-    // `replicas_listing`, not in `replicas_dated`.
-    let replica = format!("{tag}-replica");
-    heartbeat_in(store, "replicas", &replica).await;
-    heartbeat_in(store, "replicas_listing", &replica).await;
-    let mark = store.key(&["plain_entries"]);
-    let mut seen = false;
-    for _ in 0..50 {
-        if on_owner::<bool>(redis::cmd("EXISTS").arg(&mark)).await {
-            seen = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    assert!(seen, "the replica of the release before was never seen");
-    let earlier: bool = on_owner(redis::cmd("EXISTS").arg(store.key(&["earlier_release"]))).await;
-    assert!(!earlier, "it reads lists: no zset is needed");
-    let exp = now_ms() + 60_000;
-    store.place(&ids[1], 0, exp, None, None).await.unwrap();
-    let entries = list_entries(store, &ids[0], number).await;
-    assert_eq!(entries.len(), 2, "{entries:?}");
-    assert!(
-        entries[0].ends_with(&format!("\t{}", ids[0])),
-        "{entries:?}"
-    );
-    assert_eq!(entries[1], ids[1], "a plain id, as that release reads it");
-    let mut listed = store.node_sessions(&nodes[0].address).await.unwrap();
-    listed.sort();
-    assert_eq!(listed, ids);
-}
-
-#[tokio::test]
-async fn while_a_replica_of_an_earlier_release_serves_new_sessions_go_where_it_reads_them() {
-    // Sessions of 3 s: the mark outlives the earlier replica by that much.
-    let app = common::spawn_app_with(common::short_lived_config(3)).await;
-    let nodes = start_nodes(&app, 1, false).await;
-    let store = &app.ctx.store;
-    let tag = unique("mixed");
-    let replica = format!("{tag}-earlier-replica");
-    heartbeat_of_an_earlier_release(store, &replica).await;
-    // This replica's next heartbeats (one a second) see it.
-    let mark = store.key(&["earlier_release"]);
-    let seen = async {
-        for _ in 0..50 {
-            let marked: bool = on_owner(redis::cmd("EXISTS").arg(&mark)).await;
-            if marked {
-                return true;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
-        false
-    };
-    assert!(seen.await, "the earlier replica was never seen");
-    let during = format!("{tag}-during");
-    store
-        .place(&during, 0, now_ms() + 60_000, None, None)
-        .await
-        .unwrap();
-    assert!(!keys(store.prefix(), "expiring:").await.is_empty());
-    assert_eq!(keys(store.prefix(), "due:").await, Vec::<String>::new());
-
-    // It stops (and leaves `replicas`, as it does on SIGTERM): a session's
-    // life later (3 s here), sessions go to the list again; not before.
-    let _: i64 = on_owner(
-        redis::cmd("ZREM")
-            .arg(store.key(&["replicas"]))
-            .arg(&replica),
-    )
-    .await;
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
-    let marked: bool = on_owner(redis::cmd("EXISTS").arg(&mark)).await;
-    assert!(
-        marked,
-        "the mark must outlive the earlier replica by a session's life"
-    );
-    let _: i64 = on_owner(
-        redis::cmd("ZREM")
-            .arg(store.key(&["replicas"]))
-            .arg(&replica),
-    )
-    .await;
-    let mut after = None;
-    for i in 0..80 {
-        let marked: bool = on_owner(redis::cmd("EXISTS").arg(&mark)).await;
-        if !marked {
-            let id = format!("{tag}-after-{i}");
-            store
-                .place(&id, 0, now_ms() + 60_000, None, None)
-                .await
-                .unwrap();
-            after = Some(id);
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    let after = after.expect("the mark outlived the earlier replica by 8 s");
-    assert!(!keys(store.prefix(), "due:").await.is_empty());
-    // Both are the node's, each counted once, whichever index holds it.
-    let mut listed = store.node_sessions(&nodes[0].address).await.unwrap();
-    listed.sort();
-    let mut expected = vec![during.clone(), after.clone()];
-    expected.sort();
-    assert_eq!(listed, expected);
-    app.sweeper.sweep_once(now_ms()).await.unwrap();
-    assert_eq!(active_sessions(&app, &nodes[0].address).await, Some(2));
-}
-
-#[tokio::test]
-async fn the_sweep_loads_its_script_into_a_redis_that_lost_it() {
-    let app = spawn_app().await;
-    let nodes = start_nodes(&app, 1, false).await;
-    let store = &app.ctx.store;
-    let number = store
-        .get_node(&nodes[0].address)
-        .await
-        .unwrap()
-        .unwrap()
-        .number;
-    let tag = unique("flushed");
-    // Plain ids, which the walk hands to its script (due.lua).
-    for i in 0..5 {
-        place_as_release_before(store, &format!("{tag}-{i}"), number, 1).await;
-    }
-    // As a Redis restarted from its data has no scripts. (Other tests'
-    // scripts reload themselves on their next call.)
-    for server in testkit::redis_servers() {
-        let client = redis::Client::open(server).unwrap();
-        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        let _: () = redis::cmd("SCRIPT")
-            .arg("FLUSH")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-    }
-    let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
-    assert_eq!(report.unmapped, 5, "{report:?}");
 }
 
 /// A clean of more sessions than one unmapping script names (512: a script

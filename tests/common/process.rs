@@ -222,8 +222,8 @@ impl BalancerProcess {
         Self::start_binary(env!("CARGO_BIN_EXE_nodes-control").as_ref(), env, stdout).await
     }
 
-    /// A replica of another build of the balancer (the rolling-upgrade
-    /// test runs the previous release's).
+    /// A replica of another build of the balancer: a release of the same
+    /// storage layout, for a rolling upgrade (scripts/previous-release.sh).
     pub async fn start_binary(
         binary: &std::path::Path,
         env: &[(&str, &str)],

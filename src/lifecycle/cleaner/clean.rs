@@ -146,7 +146,7 @@ impl NodeCleaner {
         let generation = self.archive.issue_token(addr).await?;
         let journal = Journal {
             seq: fence.seq(),
-            generation: Some(generation),
+            generation,
             leaving,
             selective,
         };
@@ -208,10 +208,8 @@ impl NodeCleaner {
     ) -> CleanError {
         let (lock, addr) = (fence.lock(), fence.node());
         let handled = async {
-            if let Some(generation) = journal.generation {
-                lock.lock().check_held(&self.store).await?;
-                self.archive.revoke_token(generation).await?;
-            }
+            lock.lock().check_held(&self.store).await?;
+            self.archive.revoke_token(journal.generation).await?;
             if source.is_unreachable() {
                 warn!(node = %addr, error = %source, "node did not answer its clean; declaring it down");
                 let reason = format!("did not answer a clean: {source}");
@@ -248,8 +246,8 @@ impl NodeCleaner {
         outcome: CleanOutcome,
     ) -> Result<CleanReport, CleanError> {
         let (lock, addr) = (fence.lock(), fence.node());
-        if let (CleanOutcome::Only(_), Some(generation)) = (&outcome, journal.generation) {
-            if !self.archive.complete_token(generation).await? {
+        if let CleanOutcome::Only(_) = &outcome {
+            if !self.archive.complete_token(journal.generation).await? {
                 // Revoked: another operation took the node over (this one
                 // paused) and failed it; the journal is its to finish.
                 return Err(StoreError::lock_lost().into());
@@ -303,9 +301,7 @@ impl NodeCleaner {
     /// answer failed (its token is revoked and its sessions move, as for
     /// any clean it does not answer); one that answers an error keeps the
     /// journal for the next sweep, since the first `/clean` may have been
-    /// done. A journal without a token (an older version's) is folded as
-    /// before, whichever way the node cleaned (a second fold is a no-op).
-    /// Skipped while another operation holds the node.
+    /// done. Skipped while another operation holds the node.
     pub async fn finish_stale(&self, addr: &str, seq: u64) -> Result<bool, CleanError> {
         self.locked(addr, Duration::ZERO, move |this, lock| async move {
             let addr = lock.node().to_owned();
@@ -340,7 +336,7 @@ impl NodeCleaner {
                 // over it did), and whether the node did it is unknown:
                 // the node is failed over, so nothing it forgot is counted
                 // from zero.
-                Some(generation) if this.archive.token_revoked(generation).await? => {
+                generation if this.archive.token_revoked(generation).await? => {
                     this.declare_down(&lock, "an interrupted clean was given up").await?;
                     let unmapped = this.move_sessions_off(&fence).await?;
                     this.store.end_journal(lock.lock(), &addr, journal.seq, None).await?;
@@ -349,7 +345,7 @@ impl NodeCleaner {
                         ..CleanReport::default()
                     }
                 }
-                Some(generation) => {
+                generation => {
                     lock.lock().check_held(&this.store).await?;
                     let only = journal.selective.then_some(journal.leaving.as_slice());
                     match this.client.clean(&addr, true, only, Some(generation)).await {
@@ -366,11 +362,6 @@ impl NodeCleaner {
                             })
                         }
                     }
-                }
-                None => {
-                    let report = this.fold_and_apply(&fence, &journal, CleanOutcome::All).await?;
-                    this.store.end_journal(lock.lock(), &addr, journal.seq, None).await?;
-                    report
                 }
             };
             fence.lower().await;

@@ -146,10 +146,8 @@ impl NodeCleaner {
                 true => FENCING_SILENCE,
                 false => Duration::ZERO,
             };
-            let live = self
-                .store
-                .replicas_to_wait_for(self.liveness, fencing.then_some(prompt))
-                .await?;
+            let silence = if fencing { prompt } else { self.liveness };
+            let live = self.store.live_replicas(silence).await?;
             let acks = self.store.fence_acks(addr, seq).await?;
             let missing: Vec<String> = live.into_iter().filter(|r| !acks.contains(r)).collect();
             if missing.is_empty() {

@@ -57,6 +57,9 @@ pub enum CleanError {
     Archive(#[from] ArchiveError),
     #[error("a clean task failed: {0}")]
     Task(String),
+    /// Redis holds a storage layout this release does not read.
+    #[error(transparent)]
+    Layout(#[from] crate::store::LayoutMismatch),
 }
 
 /// What one clean did.
