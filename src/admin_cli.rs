@@ -1,9 +1,18 @@
 //! `nodes-control admin ...`: the admin API from a terminal. Each command
 //! is one request; the answer is printed as indented JSON, an error answer
-//! as its sentence on stderr with exit code 1.
+//! as its sentence on stderr with exit code 1. A node added that did not
+//! answer is registered down: the answer is printed, and a warning beside
+//! it on stderr.
 
+use std::time::Duration;
+
+use bytes::Bytes;
 use clap::{Parser, Subcommand};
+use http::{header, Method, Request};
+use http_body_util::Full;
 use serde_json::Value;
+
+use crate::nodes::client::{NodeCallError, NodeClient};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -72,7 +81,7 @@ pub enum CliError {
     Unreachable {
         url: String,
         #[source]
-        source: reqwest::Error,
+        source: NodeCallError,
     },
     #[error("--url {0:?} is not a URL")]
     Url(String),
@@ -82,40 +91,40 @@ pub enum CliError {
 }
 
 impl AdminCli {
-    /// Sends the command; the answer as indented JSON.
-    pub async fn run(&self) -> Result<String, CliError> {
-        let base = url::Url::parse(&self.url).map_err(|_| CliError::Url(self.url.clone()))?;
-        let at = |segments: &[&str]| {
-            let mut url = base.clone();
-            url.path_segments_mut()
-                .map_err(|()| CliError::Url(self.url.clone()))?
-                .pop_if_empty()
-                .extend(segments);
-            Ok::<_, CliError>(url)
-        };
-        let http = reqwest::Client::new();
-        let request = match &self.command {
-            AdminCommand::Nodes => http.get(at(&["nodes"])?),
-            AdminCommand::Events { node, since, limit } => {
-                let mut query: Vec<(&str, String)> = Vec::new();
-                query.extend(node.clone().map(|n| ("node", n)));
-                query.extend(since.clone().map(|s| ("since", s)));
-                query.extend(limit.map(|l| ("limit", l.to_string())));
-                http.get(at(&["events"])?).query(&query)
+    /// Sends the command: the answer as indented JSON, and a warning for
+    /// stderr where the answer says something went only half well (a node
+    /// added that did not answer, and was registered down).
+    pub async fn run(&self) -> Result<(String, Option<String>), CliError> {
+        let url = self.url(&self.command)?;
+        let (method, body) = match &self.command {
+            AdminCommand::Nodes | AdminCommand::Events { .. } | AdminCommand::Session { .. } => {
+                (Method::GET, Bytes::new())
             }
-            AdminCommand::Session { id } => http.get(at(&["sessions", id])?),
-            command => http.post(at(&["node"])?).json(&body(command)),
+            command => (Method::POST, Bytes::from(body(command).to_string())),
         };
-        let response = request
-            .bearer_auth(&self.token)
-            .send()
+        let request = Request::builder()
+            .method(method)
+            .uri(url.as_str())
+            .header(header::AUTHORIZATION, format!("Bearer {}", self.token))
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(body))
+            .map_err(|_| CliError::Url(self.url.clone()))?;
+        // The same client the balancer talks to its nodes with (TLS with
+        // the Mozilla roots included); 30 s, as a removal may take a while.
+        let client = NodeClient::new(Duration::from_secs(30), Duration::from_secs(5), None)
+            .map_err(|e| CliError::Unreachable {
+                url: self.url.clone(),
+                source: NodeCallError::Request(e.to_string()),
+            })?;
+        let answer = client
+            .call(request)
             .await
             .map_err(|source| CliError::Unreachable {
                 url: self.url.clone(),
                 source,
             })?;
-        let status = response.status().as_u16();
-        let answer: Value = response.json().await.unwrap_or(Value::Null);
+        let status = answer.status.as_u16();
+        let answer: Value = serde_json::from_slice(&answer.body).unwrap_or(Value::Null);
         if !(200..300).contains(&status) {
             let message = answer["error"]
                 .as_str()
@@ -123,7 +132,46 @@ impl AdminCli {
                 .unwrap_or_else(|| answer.to_string());
             return Err(CliError::Refused { status, message });
         }
-        Ok(serde_json::to_string_pretty(&answer).unwrap_or_default())
+        let warning = (answer["result"] == "added" && answer["state"] == "down").then(|| {
+            format!(
+                "{} was added but is down ({}); it is brought up once it answers its health checks",
+                answer["address"].as_str().unwrap_or_default(),
+                answer["reason"].as_str().unwrap_or("no reason given"),
+            )
+        });
+        Ok((
+            serde_json::to_string_pretty(&answer).unwrap_or_default(),
+            warning,
+        ))
+    }
+
+    /// The URL of the command's request, from `--url`.
+    fn url(&self, command: &AdminCommand) -> Result<url::Url, CliError> {
+        let invalid = || CliError::Url(self.url.clone());
+        let mut url = url::Url::parse(&self.url).map_err(|_| invalid())?;
+        let segments: &[&str] = match command {
+            AdminCommand::Nodes => &["nodes"],
+            AdminCommand::Events { .. } => &["events"],
+            AdminCommand::Session { id } => &["sessions", id],
+            _ => &["node"],
+        };
+        url.path_segments_mut()
+            .map_err(|()| invalid())?
+            .pop_if_empty()
+            .extend(segments);
+        if let AdminCommand::Events { node, since, limit } = command {
+            let mut query = url.query_pairs_mut();
+            if let Some(node) = node {
+                query.append_pair("node", node);
+            }
+            if let Some(since) = since {
+                query.append_pair("since", since);
+            }
+            if let Some(limit) = limit {
+                query.append_pair("limit", &limit.to_string());
+            }
+        }
+        Ok(url)
     }
 }
 

@@ -30,8 +30,11 @@ fn admin(cli: AdminCli) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     match runtime.block_on(cli.run()) {
-        Ok(answer) => {
+        Ok((answer, warning)) => {
             println!("{answer}");
+            if let Some(warning) = warning {
+                eprintln!("warning: {warning}");
+            }
             Ok(())
         }
         Err(error) => {

@@ -265,10 +265,12 @@ impl NodeAdmin {
             }
             this.store.set_node_offers(&addr, record.offers).await?;
             this.table.upsert(&record);
-            let offers = record.offers.describe();
-            info!(node = %addr, name = %record.name, weight = record.weight, %state, %offers, "node added");
             // A node that did not answer is detected when it recovers.
-            let reason = record.reason.clone().unwrap_or(offers);
+            let reason = match &record.reason {
+                Some(reason) => reason.clone(),
+                None => record.offers.describe(),
+            };
+            info!(node = %addr, name = %record.name, weight = record.weight, %state, %reason, "node added");
             let event = NodeEvent::new(actor, &addr, "added")
                 .states(None, Some(state.as_str()))
                 .sessions(0)

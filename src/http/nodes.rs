@@ -53,6 +53,10 @@ pub struct NodeAnswer {
     weight: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     state: Option<NodeState>,
+    /// `add`: why a node was registered `down` (it did not answer, or could
+    /// not be wiped); the health checks bring it up once it answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
     /// `add`: what the node offers beyond `/press` and `/clean`.
     #[serde(skip_serializing_if = "Option::is_none")]
     offers: Option<Offers>,
@@ -78,6 +82,7 @@ impl NodeAnswer {
             name: None,
             weight: None,
             state: None,
+            reason: None,
             offers: None,
             sessions: None,
             deadline: None,
@@ -139,6 +144,7 @@ async fn run_command(ctx: &ApiContext, cmd: NodeCommand) -> Result<(Outcome, Res
                 name: Some(node.name),
                 weight: Some(node.weight),
                 state: Some(node.state),
+                reason: node.reason,
                 offers: Some(node.offers),
                 ..NodeAnswer::new(outcome)
             };

@@ -103,7 +103,13 @@ async fn bad_node_commands_are_400_and_register_nothing() {
 #[tokio::test]
 async fn an_unreachable_node_is_registered_down_and_takes_no_sessions() {
     let (app, _nodes) = spawn_cluster(1).await;
-    app.add_node("http://127.0.0.1:9", "ghost").await;
+    let (status, answer) = app
+        .node_command(serde_json::json!({ "action": "add", "address": "http://127.0.0.1:9", "name": "ghost" }))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["state"], "down", "{answer}");
+    let reason = answer["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("did not answer"), "{answer}");
     let ghost = app
         .nodes()
         .await

@@ -87,3 +87,27 @@ async fn an_admin_cli_error_is_the_balancers_sentence_and_exit_code_1() {
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("401"));
 }
+
+#[tokio::test]
+async fn adding_an_address_that_does_not_answer_warns_that_the_node_is_down() {
+    let app = spawn_app().await;
+    let output = admin(&app, &["add", "http://127.0.0.1:9"]).await;
+    let added = json(&output);
+    assert_eq!(added["result"], "added");
+    assert_eq!(added["state"], "down");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("warning: http://127.0.0.1:9 was added but is down")
+            && stderr.contains("did not answer"),
+        "{stderr}"
+    );
+    // A node that answers is added without a warning.
+    let node = TestNode::start(&unique("answers"), false);
+    let output = admin(&app, &["add", &node.address]).await;
+    assert_eq!(json(&output)["state"], "up");
+    assert!(
+        output.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

@@ -262,3 +262,33 @@ async fn the_readme_s_try_it_runs_in_order_on_the_make_up_stack() {
     let _ = stack.script("down").await;
     let _ = std::fs::remove_dir_all(&stack.run);
 }
+
+/// The compose stack falls back to a well-known admin token, so it must
+/// not be reachable from other hosts unless the operator says so: every
+/// port it publishes binds loopback unless an address is given.
+#[test]
+fn docker_compose_publishes_every_port_on_loopback_by_default() {
+    let compose =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docker-compose.yml"))
+            .unwrap();
+    let published: Vec<&str> = compose
+        .lines()
+        .map(str::trim)
+        .filter(|line| line.starts_with("ports:"))
+        .collect();
+    assert_eq!(
+        published.len(),
+        3,
+        "postgres, redis, balancer: {published:?}"
+    );
+    for ports in published {
+        let mapping = ports
+            .trim_start_matches("ports:")
+            .trim()
+            .trim_matches(|c| c == '[' || c == ']' || c == '"');
+        assert!(
+            mapping.starts_with("127.0.0.1:") || mapping.starts_with("${PUBLISH_ADDR:-127.0.0.1}:"),
+            "{mapping} is published beyond loopback by default"
+        );
+    }
+}
