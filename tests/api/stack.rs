@@ -292,3 +292,97 @@ fn docker_compose_publishes_every_port_on_loopback_by_default() {
         );
     }
 }
+
+/// The README's "Bring your own node": its Python node, saved as
+/// `node.py`, started and added by the lines printed under it, on a `make
+/// up` stack. It takes new sessions, and a removal archives them into the
+/// database it was given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_s_own_node_starts_and_is_added_as_printed() {
+    common::ensure_database().await;
+    let stack = Stack::new();
+    let up = stack.script("up").await;
+    assert!(up.status.success(), "up failed: {}", stderr(&up));
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let section = &readme[readme.find("## Bring your own node").unwrap()..];
+    let block = |fence: &str| {
+        let start = section.find(fence).unwrap() + fence.len();
+        section[start..start + section[start..].find("```").unwrap()].to_owned()
+    };
+    std::fs::write(stack.run.join("node.py"), block("```python\n")).unwrap();
+    let port = free_port();
+    let commands = block("```sh\n")
+        .replace("8090", &port.to_string())
+        .replace(
+            "postgres://postgres@127.0.0.1:5432/nodes_control",
+            &database_url(),
+        )
+        .replace(
+            "localhost:8000",
+            &format!("127.0.0.1:{}", stack.balancer_port),
+        );
+    // The node in the background, as printed, outlives this shell: given a
+    // moment to listen before the add (a user types the next line later).
+    let commands = commands.replacen("&\n", "&\nsleep 1\n", 1);
+    let output = tokio::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("set -e\n{commands}"))
+        .current_dir(&stack.run)
+        .env("ADMIN_TOKEN", ADMIN_TOKEN)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+        .wait_with_output()
+        .await
+        .unwrap();
+    let said = stdout(&output);
+    let node = format!("http://127.0.0.1:{port}");
+    let outcome = async {
+        assert!(output.status.success(), "{said}\n{}", stderr(&output));
+        assert!(
+            said.contains("\"result\":\"added\"") && said.contains("\"state\":\"up\""),
+            "{said}"
+        );
+        // Every other node holds sessions of the stack's start: the new
+        // one, with none, takes the next new session.
+        let session = unique("own-node");
+        let served = reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{}/press", stack.balancer_port))
+            .json(&serde_json::json!({ "session_id": session }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(served.headers()["x-served-by"], "py");
+        assert_eq!(served.text().await.unwrap(), "You clicked 1 times");
+        let removed: serde_json::Value = reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{}/node", stack.balancer_port))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&serde_json::json!({ "action": "remove", "address": node }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(removed["archived"], true, "{removed}");
+        let archive = nodes_control::archive::Archive::connect_lazy(
+            &database_url(),
+            "readme",
+            std::time::Duration::from_secs(5),
+        )
+        .unwrap();
+        let total = archive.fold_one(&session).await.unwrap();
+        assert_eq!(total, 1, "archived into the database it was given");
+    };
+    let result = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(outcome)).await;
+    let _ = std::process::Command::new("pkill")
+        .args(["-f", &format!("node.py {port}")])
+        .status();
+    let _ = stack.script("down").await;
+    let _ = std::fs::remove_dir_all(&stack.run);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
