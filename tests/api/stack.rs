@@ -325,22 +325,23 @@ async fn the_readme_s_own_node_starts_and_is_added_as_printed() {
     // The node in the background, as printed, outlives this shell: given a
     // moment to listen before the add (a user types the next line later).
     let commands = commands.replacen("&\n", "&\nsleep 1\n", 1);
-    let output = tokio::process::Command::new("bash")
+    // Into files, not pipes: the node left running holds them open.
+    let (out, err) = (stack.run.join("own.out"), stack.run.join("own.err"));
+    let status = tokio::process::Command::new("bash")
         .arg("-c")
         .arg(format!("set -e\n{commands}"))
         .current_dir(&stack.run)
         .env("ADMIN_TOKEN", ADMIN_TOKEN)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap()
-        .wait_with_output()
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .status()
         .await
         .unwrap();
-    let said = stdout(&output);
+    let said = std::fs::read_to_string(&out).unwrap();
+    let complaint = std::fs::read_to_string(&err).unwrap();
     let node = format!("http://127.0.0.1:{port}");
     let outcome = async {
-        assert!(output.status.success(), "{said}\n{}", stderr(&output));
+        assert!(status.success(), "{said}\n{complaint}");
         assert!(
             said.contains("\"result\":\"added\"") && said.contains("\"state\":\"up\""),
             "{said}"
