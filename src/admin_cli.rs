@@ -12,7 +12,7 @@ use http::{header, Method, Request};
 use http_body_util::Full;
 use serde_json::Value;
 
-use crate::nodes::client::{NodeCallError, NodeClient};
+use crate::nodes::{NodeCallError, NodeClient};
 
 #[derive(Debug, Parser)]
 #[command(

@@ -17,6 +17,18 @@ pub fn wall_ms() -> i64 {
         .unwrap_or_default()
 }
 
+/// Milliseconds on this process's monotonic clock (never 0, so 0 can mean
+/// "never"). For measuring within one process only: no safety decision
+/// compares it with another host's.
+pub fn mono_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
+        + 1
+}
+
 /// Session time: real time, or real time moved forward by a [`ManualTime`].
 #[derive(Debug, Clone, Default)]
 pub struct Clock {

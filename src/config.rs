@@ -16,7 +16,9 @@ pub const DEFAULT_LEASE_MS: u64 = 3000;
 pub const DEFAULT_HEALTH_INTERVAL_MS: u64 = 2000;
 pub const DEFAULT_VIRTUAL_NODES: u32 = 150;
 pub const DEFAULT_HEALTH_CHECK_PATH: &str = "/health";
-pub const DEFAULT_NODE_MAX_IN_FLIGHT: usize = crate::nodes::limit::DEFAULT_MAX_IN_FLIGHT;
+/// Above what a replica sends one node at full speed, so a healthy node
+/// never waits in the queue.
+pub const DEFAULT_NODE_MAX_IN_FLIGHT: usize = 256;
 pub const DEFAULT_NODE_QUEUE_TIMEOUT_MS: u64 = 1000;
 
 #[derive(Debug, Clone, Parser)]
@@ -268,8 +270,8 @@ impl Config {
         Duration::from_millis(self.node_connect_timeout_ms)
     }
     /// The listener's limits.
-    pub fn listener_limits(&self) -> crate::http::server::Limits {
-        crate::http::server::Limits {
+    pub fn listener_limits(&self) -> ListenerLimits {
+        ListenerLimits {
             header_read_timeout: Duration::from_millis(self.header_read_timeout_ms.max(1)),
             max_connections: self.max_connections.max(1),
             grace: Duration::from_secs(self.shutdown_grace_secs),
@@ -287,4 +289,14 @@ impl Config {
     pub fn health_check_interval(&self) -> Duration {
         Duration::from_millis(self.health_check_interval_ms.max(10))
     }
+}
+
+/// What the listener allows (`HEADER_READ_TIMEOUT_MS`, `MAX_CONNECTIONS`,
+/// `SHUTDOWN_GRACE_SECS`).
+#[derive(Debug, Clone, Copy)]
+pub struct ListenerLimits {
+    pub header_read_timeout: Duration,
+    pub max_connections: usize,
+    /// Longest shutdown waits for requests in flight.
+    pub grace: Duration,
 }

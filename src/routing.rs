@@ -10,8 +10,9 @@ use http::{HeaderValue, StatusCode};
 use tracing::{debug, warn};
 
 use crate::archive::events::Actor;
+use crate::clock::mono_ms;
 use crate::cluster::NodeRegistry;
-use crate::nodes::{mono_ms, NodeCallError, NodeClient, Selector};
+use crate::nodes::{NodeCallError, NodeClient, Selector};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RouteError {
@@ -43,7 +44,7 @@ pub struct Routed {
 }
 
 #[derive(Clone)]
-pub struct Router {
+pub struct ProcessRouter {
     selector: Arc<Selector>,
     registry: NodeRegistry,
     client: NodeClient,
@@ -51,7 +52,7 @@ pub struct Router {
     queue_timeout: std::time::Duration,
 }
 
-impl Router {
+impl ProcessRouter {
     pub fn new(
         selector: Selector,
         registry: NodeRegistry,

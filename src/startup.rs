@@ -20,7 +20,7 @@ use crate::lifecycle::fence::Lease;
 use crate::lifecycle::{CleanError, FenceWatcher, NodeCleaner, Rebuilder, Registry, Sweeper};
 use crate::nodes::press_history::PressHistory;
 use crate::nodes::{NodeAddress, NodeClient, NodeTable, Probe, Selector};
-use crate::routing::Router;
+use crate::routing::ProcessRouter;
 use crate::session::cache::MappingCache;
 use crate::session::SessionService;
 use crate::store::SessionStore;
@@ -170,7 +170,7 @@ impl Application {
                 config.ch_load_factor,
             )
         });
-        let router = Router::new(
+        let process_router = ProcessRouter::new(
             Selector::new(
                 config.strategy,
                 table.clone(),
@@ -205,7 +205,7 @@ impl Application {
             sessions,
             admin: admin.clone(),
             access_log: config.access_log,
-            router,
+            process_router,
             store,
             archive,
             admin_token,

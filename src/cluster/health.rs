@@ -23,9 +23,10 @@ use tracing::{debug, warn};
 
 use super::registry::NodeRegistry;
 use crate::archive::events::Actor;
-use crate::nodes::client::{NodeCallError, NodeClient, NodeHealth, Probe};
-use crate::nodes::table::mono_ms;
+use crate::clock::mono_ms;
+use crate::nodes::client::{NodeClient, NodeHealth, Probe};
 use crate::nodes::table::NodeEntry;
+use crate::nodes::NodeCallError;
 use crate::store::{now_ms, NodeState};
 
 /// Longest wait between two probes of a down node.

@@ -9,7 +9,7 @@ use crate::archive::ArchiveError;
 use crate::cluster::AdminError;
 use crate::lifecycle::CleanError;
 use crate::routing::RouteError;
-use crate::session::{PressError, SessionIdError};
+use crate::session::{Busy, PressError, SessionIdError};
 use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -140,18 +140,18 @@ impl From<PressError> for ApiError {
                     "the session's node failed and its sessions are still being moved; try again",
                 )
             }
-            PressError::Fenced(node) => {
-                tracing::error!(%node, "press waited too long for a clean of its node");
+            PressError::NodeBusy { node, why } => {
+                match why {
+                    Busy::Cleaning => {
+                        tracing::error!(%node, "press waited too long for a clean of its node")
+                    }
+                    Busy::Queue => {
+                        tracing::debug!(%node, "press refused: the node's queue is full")
+                    }
+                }
                 ApiError::unavailable(
                     "node_busy",
-                    "the session's node is being cleaned; try again",
-                )
-            }
-            PressError::NodeBusy(node) => {
-                tracing::debug!(%node, "press refused: the node's queue is full");
-                ApiError::unavailable(
-                    "node_busy",
-                    "the session's node is busy; nothing was counted; try again",
+                    &format!("the session's node is busy ({why}); nothing was counted; try again"),
                 )
             }
             PressError::NodeSaturated { node, source, why } => {

@@ -40,7 +40,7 @@ pub struct Services {
     pub admin: NodeAdmin,
     /// One log line per request (`ACCESS_LOG`).
     pub access_log: bool,
-    pub router: crate::routing::Router,
+    pub process_router: crate::routing::ProcessRouter,
     pub store: SessionStore,
     pub archive: Archive,
     pub admin_token: String,

@@ -115,12 +115,12 @@ impl PressMetrics {
 }
 
 /// A served press: what the answer is made of.
-pub struct Answer {
+pub struct ServedPress {
     pub id: SessionId,
     pub pressed: Pressed,
 }
 
-impl Answer {
+impl ServedPress {
     /// The body and its content type: the count as text, or as JSON.
     pub fn body(&self, json: bool) -> (&'static str, Vec<u8>) {
         let clicks = self.pressed.clicks;
@@ -147,7 +147,7 @@ impl Answer {
 
 /// One press of the session named in `body`, counted in the metrics. Both
 /// listeners' paths (the front's and the router's) come here.
-pub async fn press_session(ctx: &Services, session_id: IdField) -> Result<Answer, ApiError> {
+pub async fn press_session(ctx: &Services, session_id: IdField) -> Result<ServedPress, ApiError> {
     let id = match session_id {
         IdField::Text(id) => SessionId::parse(id)?,
         IdField::Missing => return Err(SessionIdError::Missing.into()),
@@ -161,7 +161,7 @@ pub async fn press_session(ctx: &Services, session_id: IdField) -> Result<Answer
     match result {
         Ok(pressed) => {
             ctx.press_metrics.served.increment(1);
-            Ok(Answer { id, pressed })
+            Ok(ServedPress { id, pressed })
         }
         Err(error) => {
             ctx.press_metrics.failed.increment(1);

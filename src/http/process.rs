@@ -73,7 +73,7 @@ pub async fn process(
         .unwrap_or(uri.path());
     // The key hashing strategies use: the user, else the request itself;
     // ip-hash keys on the client address like nginx's ip_hash.
-    let key = if ctx.router.strategy() == StrategyKind::IpHash {
+    let key = if ctx.process_router.strategy() == StrategyKind::IpHash {
         client.ip().to_string()
     } else {
         query
@@ -81,7 +81,10 @@ pub async fn process(
             .cloned()
             .unwrap_or_else(|| uri.path().trim_start_matches("/process/").to_owned())
     };
-    let routed = ctx.router.route(path_and_query, key.as_bytes()).await?;
+    let routed = ctx
+        .process_router
+        .route(path_and_query, key.as_bytes())
+        .await?;
     let mut response = (routed.status, routed.body).into_response();
     if let Some(content_type) = routed.content_type {
         response

@@ -36,15 +36,7 @@ use tracing::{debug, warn};
 
 use super::wire::{self, Head, PressHead};
 use super::{ApiContext, ApiError};
-
-/// What the listener allows.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    pub header_read_timeout: Duration,
-    pub max_connections: usize,
-    /// Longest shutdown waits for requests in flight.
-    pub grace: Duration,
-}
+use crate::config::ListenerLimits as Limits;
 
 /// What every connection's task shares.
 struct Shared {

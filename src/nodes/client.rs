@@ -21,8 +21,9 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
+use super::error::NodeCallError;
+use super::link::Link;
 use super::record::Offers;
-use super::table::NodeEntry;
 
 static JSON: http::HeaderValue = http::HeaderValue::from_static("application/json");
 
@@ -36,80 +37,14 @@ const MAX_CLEAN_BODY: usize = 16 << 20;
 /// Largest health answer read (a name, an instance id, features).
 const MAX_HEALTH_BODY: usize = 64 << 10;
 
-/// Why a call to a node failed. Every variant but [`Request`](Self::Request)
-/// is something the node did, and counts as a node failure (design.md §4.8,
-/// §4.13).
-#[derive(Debug, thiserror::Error)]
-pub enum NodeCallError {
-    /// The request could not be built: the client's doing, not the node's.
-    #[error("the request to the node could not be built: {0}")]
-    Request(String),
-    #[error("cannot reach the node: {0}")]
-    Transport(String),
-    /// No connection within the connect timeout: nothing was sent.
-    #[error("connecting to the node timed out")]
-    ConnectTimeout,
-    #[error("the node did not answer in time")]
-    Timeout,
-    #[error("the node answered HTTP {0}")]
-    Status(StatusCode),
-    #[error("the node answered an unexpected body: {0:?}")]
-    Body(String),
-    /// A fencing node refused the press, uncounted: its epoch is older
-    /// than the node's last clean of the session (`fence`). The node is
-    /// well; the mapping the press was sent with is not.
-    #[error("the node refused a press under an older fencing epoch (its fence is {fence})")]
-    StaleEpoch { fence: u64 },
-}
-
-impl NodeCallError {
-    /// The node did not answer at all (as opposed to answering badly).
-    pub fn is_unreachable(&self) -> bool {
-        matches!(
-            self,
-            NodeCallError::Transport(_) | NodeCallError::Timeout | NodeCallError::ConnectTimeout
-        )
-    }
-
-    /// Only time ran out: no refusal, no reset, no bad answer.
-    pub fn is_timeout(&self) -> bool {
-        matches!(self, NodeCallError::Timeout | NodeCallError::ConnectTimeout)
-    }
-
-    /// A gateway's word that it could not reach the node behind it (502,
-    /// 503): what a proxy in front of a saturated node answers, mostly
-    /// before the press reached the node. Not 504: the node behind may
-    /// still be working on the press, so it counts as the node's failure.
-    pub fn is_gateway(&self) -> bool {
-        matches!(self, NodeCallError::Status(s) if matches!(s.as_u16(), 502 | 503))
-    }
-
-    /// No evidence that the node is gone: time ran out, or a gateway said
-    /// the node behind it is unavailable. From a node that goes on
-    /// answering others this is load, not death (design.md, "Overload is
-    /// not death").
-    pub fn is_inconclusive(&self) -> bool {
-        self.is_timeout() || self.is_gateway()
-    }
-
-    /// Whether the node is to blame (everything but a request we could
-    /// not build, and a fencing refusal, which is the node doing its job).
-    pub fn is_node_fault(&self) -> bool {
-        !matches!(
-            self,
-            NodeCallError::Request(_) | NodeCallError::StaleEpoch { .. }
-        )
-    }
-}
-
 /// The TLS set-up towards nodes could not be built.
 #[derive(Debug, thiserror::Error)]
 #[error("TLS towards nodes: {0}")]
 pub struct TlsError(String);
 
-/// A node's answer on the pooled client.
+/// A node's reply on the pooled client.
 #[derive(Debug)]
-pub struct Answer {
+pub struct Reply {
     pub status: StatusCode,
     pub content_type: Option<http::HeaderValue>,
     pub body: Bytes,
@@ -230,7 +165,7 @@ impl NodeClient {
     /// a node that enforces it; any other node gets the task's body alone.
     pub fn press(
         &self,
-        node: &Arc<NodeEntry>,
+        link: &Arc<Link>,
         session_id: &str,
         epoch: Option<u64>,
     ) -> Result<Exchange, NodeCallError> {
@@ -244,13 +179,12 @@ impl NodeClient {
             serde_json::to_vec(&PressBody { session_id, epoch })
                 .map_err(|e| NodeCallError::Request(e.to_string()))?,
         );
-        if node.link.press_pool(self.connect_timeout).is_some() {
-            // The hot path: the node's own pool; nothing cloned but the entry.
-            let (node, connect_timeout) = (node.clone(), self.connect_timeout);
+        if link.press_pool(self.connect_timeout).is_some() {
+            // The hot path: the node's own pool; nothing cloned but the link.
+            let (link, connect_timeout) = (link.clone(), self.connect_timeout);
             return Ok(Box::pin(async move {
                 // Always there (checked above; a node's scheme never changes).
-                let pool = node
-                    .link
+                let pool = link
                     .press_pool(connect_timeout)
                     .ok_or_else(|| NodeCallError::Request("no press pool".to_owned()))?;
                 let parsed = pool
@@ -267,7 +201,7 @@ impl NodeClient {
         }
         let mut request = Request::new(Full::new(body));
         *request.method_mut() = Method::POST;
-        *request.uri_mut() = node.link.press_uri.clone();
+        *request.uri_mut() = link.press_uri.clone();
         request
             .headers_mut()
             .insert(header::CONTENT_TYPE, JSON.clone());
@@ -286,7 +220,7 @@ impl NodeClient {
     /// `GET {address}{path_and_query}` through the pooled client; the
     /// node's answer comes back unless it is a 5xx or a redirect (never
     /// followed: a node that redirects is misbehaving).
-    pub async fn get(&self, address: &str, path_and_query: &str) -> Result<Answer, NodeCallError> {
+    pub async fn get(&self, address: &str, path_and_query: &str) -> Result<Reply, NodeCallError> {
         let request = Request::builder()
             .method(Method::GET)
             .uri(node_uri(address, path_and_query)?)
@@ -302,7 +236,7 @@ impl NodeClient {
     /// One request on the pooled client, whatever it answers, its body read
     /// up to 1 MiB, within the client's timeout: for the admin CLI, which
     /// talks to a balancer on the same stack as the balancer to its nodes.
-    pub async fn call(&self, request: Request<Full<Bytes>>) -> Result<Answer, NodeCallError> {
+    pub async fn call(&self, request: Request<Full<Bytes>>) -> Result<Reply, NodeCallError> {
         self.send(request, 1 << 20).await
     }
 
@@ -312,7 +246,7 @@ impl NodeClient {
         &self,
         request: Request<Full<Bytes>>,
         limit: usize,
-    ) -> Result<Answer, NodeCallError> {
+    ) -> Result<Reply, NodeCallError> {
         tokio::time::timeout(self.timeout, exchange(&self.hot, request, limit))
             .await
             .map_err(|_| NodeCallError::Timeout)?
@@ -511,7 +445,7 @@ async fn exchange(
     hot: &HotClient,
     request: Request<Full<Bytes>>,
     limit: usize,
-) -> Result<Answer, NodeCallError> {
+) -> Result<Reply, NodeCallError> {
     let response = hot.request(request).await.map_err(|e| {
         if e.is_connect() && timed_out(&e) {
             NodeCallError::ConnectTimeout
@@ -526,7 +460,7 @@ async fn exchange(
         .await
         .map_err(|e| NodeCallError::Transport(e.to_string()))?
         .to_bytes();
-    Ok(Answer {
+    Ok(Reply {
         status,
         content_type,
         body,

@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 
-use super::table::mono_ms;
+use crate::clock::mono_ms;
 
 #[derive(Debug, Default)]
 pub struct Evidence {

@@ -17,10 +17,6 @@ use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// `NODE_MAX_IN_FLIGHT` unless set: above what a replica sends one node
-/// at full speed, so a healthy node never waits in the queue.
-pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
-
 /// Shortest time between two decreases: the presses that time out together
 /// were all sent under the old limit, and one halving answers them all.
 const DECREASE_EVERY: Duration = Duration::from_millis(500);

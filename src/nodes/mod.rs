@@ -4,6 +4,7 @@
 
 pub mod address;
 pub mod client;
+pub mod error;
 pub mod evidence;
 pub mod limit;
 pub mod link;
@@ -15,7 +16,8 @@ pub mod table;
 mod wire;
 
 pub use address::NodeAddress;
-pub use client::{CleanOutcome, NodeCallError, NodeClient, NodeHealth, Probe};
+pub use client::{CleanOutcome, NodeClient, NodeHealth, Probe};
+pub use error::NodeCallError;
 pub use record::{NodeRecord, NodeState, Offers};
 pub use selector::Selector;
-pub use table::{mono_ms, NodeEntry, NodeTable, Spared};
+pub use table::{NodeEntry, NodeTable, Spared};

@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 use balancing::LoadTracker;
 use tokio::sync::{RwLock as AsyncRwLock, RwLockWriteGuard};
 
-use super::client::NodeCallError;
+use super::error::NodeCallError;
 use super::record::{NodeRecord, NodeState};
 
 /// One node as this replica sees it.
@@ -64,7 +64,7 @@ pub struct NodeEntry {
     instance: std::sync::Mutex<Option<String>>,
     /// How presses reach the node: its press URI, its connections, this
     /// replica's limit on them, its press metrics.
-    pub link: super::link::Link,
+    pub link: Arc<super::link::Link>,
 }
 
 impl NodeEntry {
@@ -74,7 +74,11 @@ impl NodeEntry {
         membership: &Arc<Membership>,
         max_in_flight: usize,
     ) -> Option<Self> {
-        let link = super::link::Link::new(&record.address, &record.name, max_in_flight)?;
+        let link = Arc::new(super::link::Link::new(
+            &record.address,
+            &record.name,
+            max_in_flight,
+        )?);
         Some(Self {
             address: record.address.clone(),
             name: record.name.clone(),
@@ -199,7 +203,7 @@ impl NodeEntry {
             Err(_) => {
                 self.held.fetch_add(1, Ordering::AcqRel);
                 // Counted down however the wait ends (a cancelled press too).
-                let _held = Held(&self.held);
+                let _held = WaitingAtGate(&self.held);
                 tokio::time::timeout(wait, self.gate.clone().read_owned())
                     .await
                     .ok()
@@ -286,18 +290,6 @@ impl Spared {
     }
 }
 
-/// Milliseconds on this process's monotonic clock (never 0, so 0 can mean
-/// "never"). For measuring within one process only: no safety decision
-/// compares it with another host's.
-pub fn mono_ms() -> u64 {
-    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    START
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_millis() as u64
-        + 1
-}
-
 /// All nodes this replica knows, by normalised address.
 #[derive(Debug)]
 pub struct NodeTable {
@@ -321,7 +313,7 @@ pub struct NodeTable {
 
 impl Default for NodeTable {
     fn default() -> Self {
-        Self::new(super::limit::DEFAULT_MAX_IN_FLIGHT)
+        Self::new(crate::config::DEFAULT_NODE_MAX_IN_FLIGHT)
     }
 }
 
@@ -339,7 +331,7 @@ impl NodeTable {
     /// Whether a call that failed is no evidence that its node is gone, and
     /// why (design.md, "Overload is not death"). Only time running out, or
     /// a gateway's 502 or 503, can be spared; a refusal, a reset or a bad
-    /// answer never is. `sent_at`: when the call began, on [`mono_ms`].
+    /// answer never is. `sent_at`: when the call began, on [`crate::clock::mono_ms`].
     pub fn spare(&self, entry: &NodeEntry, error: &NodeCallError, sent_at: u64) -> Option<Spared> {
         if !error.is_inconclusive() {
             return None;
@@ -499,9 +491,9 @@ impl NodeTable {
 
 /// Counts a press down from [`NodeEntry::presses_held`] when it stops
 /// waiting at the gate.
-struct Held<'a>(&'a AtomicUsize);
+struct WaitingAtGate<'a>(&'a AtomicUsize);
 
-impl Drop for Held<'_> {
+impl Drop for WaitingAtGate<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }

@@ -37,12 +37,11 @@ pub enum PressError {
     Expire(#[source] CleanError),
     #[error("moving the session off its failed node failed: {0}")]
     FailOver(#[source] CleanError),
-    #[error("node {0} is being cleaned for too long")]
-    Fenced(String),
-    /// The node's limit of presses in flight stayed full for the queue's
-    /// wait: the press was never sent.
-    #[error("node {0} is busy: its queue is full")]
-    NodeBusy(String),
+    /// The press was never sent: the node's limit of presses in flight
+    /// stayed full for the queue's wait, or a clean of the node held its
+    /// gate for the press's whole deadline.
+    #[error("node {node} is busy: {why}")]
+    NodeBusy { node: String, why: Busy },
     /// The press was sent and not answered (in time, or a gateway in front
     /// of the node answered 502 or 503), by a node that is alive (it answers
     /// others) or the last one serving: it stays up, and the press may have
@@ -100,6 +99,24 @@ pub struct SessionService {
     carried: tokio_util::task::TaskTracker,
     /// Whether placements go to the session history.
     history: bool,
+}
+
+/// Why a press was never sent to its node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Busy {
+    /// Its queue stayed full (`NODE_QUEUE_TIMEOUT_MS`).
+    Queue,
+    /// A clean of the node held its gate past the press's deadline.
+    Cleaning,
+}
+
+impl std::fmt::Display for Busy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Busy::Queue => "its queue is full",
+            Busy::Cleaning => "it is being cleaned",
+        })
+    }
 }
 
 /// A press's hold on its node: the gate (no clean of the node starts while
@@ -287,7 +304,10 @@ impl SessionService {
             };
             let in_flight = entry.start_request();
             let Some(gate) = entry.enter(deadline - Instant::now()).await else {
-                return Err(PressError::Fenced(entry.address.clone()));
+                return Err(PressError::NodeBusy {
+                    node: entry.address.clone(),
+                    why: Busy::Cleaning,
+                });
             };
             // The fencing epoch first, then the clean mark: an epoch learned
             // after the mapping was read shows as a clean since (see
@@ -311,7 +331,10 @@ impl SessionService {
             .saturating_duration_since(Instant::now());
             let Some(permit) = entry.link.limit.acquire(queue_left).await else {
                 metrics::counter!("nodes_control_node_busy_total").increment(1);
-                return Err(PressError::NodeBusy(entry.address.clone()));
+                return Err(PressError::NodeBusy {
+                    node: entry.address.clone(),
+                    why: Busy::Queue,
+                });
             };
             let held = Held {
                 _gate: gate,
@@ -360,7 +383,10 @@ impl SessionService {
                     requeues += 1;
                     if requeues > MAX_REQUEUES {
                         metrics::counter!("nodes_control_node_busy_total").increment(1);
-                        return Err(PressError::NodeBusy(entry.address.clone()));
+                        return Err(PressError::NodeBusy {
+                            node: entry.address.clone(),
+                            why: Busy::Queue,
+                        });
                     }
                     queued_until = None;
                     mapping = Some(current);
@@ -469,11 +495,11 @@ impl SessionService {
             return Attempt::Abandoned(held);
         }
         let epoch = entry.fences().then_some(fence_epoch);
-        let mut exchange = match self.client.press(entry, id, epoch) {
+        let mut exchange = match self.client.press(&entry.link, id, epoch) {
             Ok(exchange) => exchange,
             Err(error) => return Attempt::NotTheNode(error),
         };
-        let sent_at = crate::nodes::mono_ms();
+        let sent_at = crate::clock::mono_ms();
         let result = tokio::select! {
             result = &mut exchange => result,
             _ = down => return Attempt::Abandoned(held),
@@ -543,7 +569,7 @@ impl SessionService {
     /// up node's gate opens (its connection is dropped), with a warning.
     fn carry_on(&self, entry: Arc<NodeEntry>, mut exchange: Exchange, held: Held) {
         let (registry, patience) = (self.registry.clone(), self.client.timeout());
-        let mut looked_at = crate::nodes::mono_ms();
+        let mut looked_at = crate::clock::mono_ms();
         self.carried.spawn(async move {
             let down = entry.declared_down();
             let mut down = std::pin::pin!(down);
@@ -577,7 +603,7 @@ impl SessionService {
                     _ = tick.tick() => {
                         periods += 1;
                         let alive = entry.evidence.answered_since(looked_at);
-                        looked_at = crate::nodes::mono_ms();
+                        looked_at = crate::clock::mono_ms();
                         if alive && periods < CARRY_LIMIT {
                             continue;
                         }

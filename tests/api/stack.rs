@@ -346,17 +346,24 @@ async fn the_readme_s_own_node_starts_and_is_added_as_printed() {
             said.contains("\"result\":\"added\"") && said.contains("\"state\":\"up\""),
             "{said}"
         );
-        // Every other node holds sessions of the stack's start: the new
-        // one, with none, takes the next new session.
-        let session = unique("own-node");
-        let served = reqwest::Client::new()
-            .post(format!("http://127.0.0.1:{}/press", stack.balancer_port))
-            .json(&serde_json::json!({ "session_id": session }))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(served.headers()["x-served-by"], "py");
-        assert_eq!(served.text().await.unwrap(), "You clicked 1 times");
+        // New sessions go to the node with the fewest (ties by name): one
+        // of the first four, with three other nodes, lands on the new one.
+        let mut session = None;
+        for i in 0..4 {
+            let id = unique(&format!("own-node-{i}"));
+            let served = reqwest::Client::new()
+                .post(format!("http://127.0.0.1:{}/press", stack.balancer_port))
+                .json(&serde_json::json!({ "session_id": id }))
+                .send()
+                .await
+                .unwrap();
+            if served.headers()["x-served-by"] == "py" {
+                assert_eq!(served.text().await.unwrap(), "You clicked 1 times");
+                session = Some(id);
+                break;
+            }
+        }
+        let session = session.expect("none of four new sessions went to the new node");
         let removed: serde_json::Value = reqwest::Client::new()
             .post(format!("http://127.0.0.1:{}/node", stack.balancer_port))
             .bearer_auth(ADMIN_TOKEN)

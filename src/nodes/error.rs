@@ -1,0 +1,70 @@
+//! Why a call to a node failed: what the client reports and the table,
+//! the cleaner and the press flow judge the node by.
+
+use http::StatusCode;
+
+/// Why a call to a node failed. Every variant but [`Request`](Self::Request)
+/// is something the node did, and counts as a node failure (design.md §4.8,
+/// §4.13).
+#[derive(Debug, thiserror::Error)]
+pub enum NodeCallError {
+    /// The request could not be built: the client's doing, not the node's.
+    #[error("the request to the node could not be built: {0}")]
+    Request(String),
+    #[error("cannot reach the node: {0}")]
+    Transport(String),
+    /// No connection within the connect timeout: nothing was sent.
+    #[error("connecting to the node timed out")]
+    ConnectTimeout,
+    #[error("the node did not answer in time")]
+    Timeout,
+    #[error("the node answered HTTP {0}")]
+    Status(StatusCode),
+    #[error("the node answered an unexpected body: {0:?}")]
+    Body(String),
+    /// A fencing node refused the press, uncounted: its epoch is older
+    /// than the node's last clean of the session (`fence`). The node is
+    /// well; the mapping the press was sent with is not.
+    #[error("the node refused a press under an older fencing epoch (its fence is {fence})")]
+    StaleEpoch { fence: u64 },
+}
+
+impl NodeCallError {
+    /// The node did not answer at all (as opposed to answering badly).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            NodeCallError::Transport(_) | NodeCallError::Timeout | NodeCallError::ConnectTimeout
+        )
+    }
+
+    /// Only time ran out: no refusal, no reset, no bad answer.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, NodeCallError::Timeout | NodeCallError::ConnectTimeout)
+    }
+
+    /// A gateway's word that it could not reach the node behind it (502,
+    /// 503): what a proxy in front of a saturated node answers, mostly
+    /// before the press reached the node. Not 504: the node behind may
+    /// still be working on the press, so it counts as the node's failure.
+    pub fn is_gateway(&self) -> bool {
+        matches!(self, NodeCallError::Status(s) if matches!(s.as_u16(), 502 | 503))
+    }
+
+    /// No evidence that the node is gone: time ran out, or a gateway said
+    /// the node behind it is unavailable. From a node that goes on
+    /// answering others this is load, not death (design.md, "Overload is
+    /// not death").
+    pub fn is_inconclusive(&self) -> bool {
+        self.is_timeout() || self.is_gateway()
+    }
+
+    /// Whether the node is to blame (everything but a request we could
+    /// not build, and a fencing refusal, which is the node doing its job).
+    pub fn is_node_fault(&self) -> bool {
+        !matches!(
+            self,
+            NodeCallError::Request(_) | NodeCallError::StaleEpoch { .. }
+        )
+    }
+}
