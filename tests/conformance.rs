@@ -493,9 +493,35 @@ async fn a_clean_waits_for_a_press_the_node_answers_late() {
         let now = sweeper.sweeper.clock().now_ms();
         sweeper.sweeper.sweep_once(now).await
     });
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // The clean's fence is up: the sweep began the clean.
+    let store = &app.ctx.store;
+    let (seen_at, seq) =
+        testkit::eventually(Duration::from_secs(10), "the clean's fence", || async {
+            let (now, fences) = store.fences_now().await.unwrap();
+            let fence = fences.iter().find(|(n, _)| *n == node.address);
+            fence.map(|(_, f)| (now, f.seq)).ok_or(fences.len())
+        })
+        .await;
+    // Two heartbeats of this test's one replica since: the poll after the
+    // first read the fence and set about closing the gate, which acks at
+    // once unless a press holds it.
+    let replica = store.live_replicas(Duration::from_secs(5)).await.unwrap();
+    let replica = replica.first().expect("the replica heartbeats").clone();
+    for beat in 1..=2 {
+        let after = if beat == 1 {
+            seen_at
+        } else {
+            heartbeat(store, &replica).await
+        };
+        testkit::eventually(Duration::from_secs(10), "a heartbeat", || async {
+            let at = heartbeat(store, &replica).await;
+            testkit::holds(at > after, || at)
+        })
+        .await;
+    }
+    let acks = store.fence_acks(&node.address, seq).await.unwrap();
     assert!(
-        !sweep.is_finished(),
+        !acks.contains(&replica) && !sweep.is_finished(),
         "the clean did not wait for the press at the stopped node"
     );
     node.resume();
@@ -512,4 +538,21 @@ async fn a_clean_waits_for_a_press_the_node_answers_late() {
         chrono::Utc::now() - chrono::Duration::seconds(30),
     )
     .await;
+}
+
+/// When `replica` last heartbeat, on Redis's clock (ms).
+async fn heartbeat(store: &nodes_control::store::SessionStore, replica: &str) -> i64 {
+    for server in testkit::redis_servers() {
+        let client = redis::Client::open(server).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        if let Ok(score) = redis::cmd("ZSCORE")
+            .arg(store.key(&["replicas"]))
+            .arg(replica)
+            .query_async::<Option<f64>>(&mut conn)
+            .await
+        {
+            return score.unwrap_or_default() as i64;
+        }
+    }
+    panic!("no Redis server answered for the replicas");
 }

@@ -281,8 +281,10 @@ async fn a_mark_down_redis_refused_is_kept_and_the_node_never_pressed_again() {
     assert_eq!(failed.status, 503, "{failed:?}");
     let counted = node.presses.load(Ordering::SeqCst);
     assert_eq!(counted, 2, "the node counted the failed press");
-    // Longer than a registry refresh, which still reads the node up.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // A registry refresh, which still reads the node up, before the next
+    // press (one that started after this call, if the health checker's
+    // was under way).
+    app.ctx.admin.registry().refresh().await.unwrap();
     let meanwhile = app.press(&s).await;
     assert_ne!(meanwhile.status, 200, "{meanwhile:?}");
     assert_eq!(

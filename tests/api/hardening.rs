@@ -359,17 +359,16 @@ async fn a_request_with_both_content_length_and_transfer_encoding_is_refused() {
 
 #[tokio::test]
 async fn a_down_node_is_probed_with_back_off_not_every_interval() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     use tokio::io::AsyncWriteExt;
     // Answers every connection with something that is not HTTP, and counts them.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = format!("http://{}", listener.local_addr().unwrap());
-    let probes = Arc::new(AtomicUsize::new(0));
-    let counted = probes.clone();
+    let probes = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = probes.clone();
     tokio::spawn(async move {
         while let Ok((mut stream, _)) = listener.accept().await {
-            counted.fetch_add(1, Ordering::SeqCst);
+            seen.lock().unwrap().push(tokio::time::Instant::now());
             let _ = stream.write_all(b"-ERR not http\r\n").await;
         }
     });
@@ -382,10 +381,18 @@ async fn a_down_node_is_probed_with_back_off_not_every_interval() {
         (200, Some("down")),
         "{body}"
     );
-    let before = probes.load(Ordering::SeqCst);
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let during = probes.load(Ordering::SeqCst) - before;
-    // Every 200 ms would be 15; doubling from 200 ms is 4 or 5.
-    assert!(during <= 7, "{during} probes in 3 s");
-    assert!(during >= 2, "it is still probed: {during}");
+    let before = probes.lock().unwrap().len();
+    // Four more probes: it is still probed, and their gaps show the pace.
+    let at = testkit::eventually(Duration::from_secs(30), "four more probes", || async {
+        let at = probes.lock().unwrap()[before..].to_vec();
+        testkit::holds(at.len() >= 4, || at.len()).map(|()| at)
+    })
+    .await;
+    // Every 200 ms would keep the gaps even; doubling makes the third
+    // about four times the first.
+    let (first, third) = (at[1] - at[0], at[3] - at[2]);
+    assert!(
+        third >= first * 2,
+        "gaps {first:?} then {third:?}: not backing off"
+    );
 }
