@@ -16,7 +16,7 @@ use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 
 use super::lock::Lock;
-use super::{Context, SessionStore, StoreResult, GUARD};
+use super::{Context, SessionStore, StoreResult};
 
 /// A raised fence as the `fences` hash holds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,18 +59,10 @@ pub struct Journal {
     pub selective: bool,
 }
 
-/// Lua that sets `now` to Redis's clock in ms. Heartbeats, liveness and
-/// fence deadlines are all written and judged on it: one clock, so a
-/// replica whose own clock is off cannot make another look dead or a live
-/// fence look stale (design.md §4.16). Scripts replicate by their effects
-/// (Redis 7), so reading the clock in a script that writes is allowed.
-const REDIS_NOW: &str = "local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)";
-
 impl SessionStore {
     /// Raises a fence on a node, under its lock; returns its sequence
-    /// number. The fence is stale `ttl` after now on Redis's clock (see
-    /// [`REDIS_NOW`]).
+    /// number. The fence is stale `ttl` after now on Redis's clock
+    /// (redis_now.lua).
     pub async fn raise_fence(
         &self,
         lock: &Lock,
@@ -79,23 +71,19 @@ impl SessionStore {
         reason: FenceReason,
     ) -> StoreResult<u64> {
         let (lock_key, token) = lock.key_and_token(self);
-        let seq: u64 = redis::Script::new(&format!(
-            "{GUARD}
-             {REDIS_NOW}
-             local seq = redis.call('INCR', KEYS[2])
-             redis.call('HSET', KEYS[3], ARGV[2], seq .. ':' .. (now + tonumber(ARGV[3])) .. ':' .. ARGV[4])
-             return seq"
-        ))
-        .key(lock_key)
-        .key(self.key(&["fence_seq"]))
-        .key(self.key(&["fences"]))
-        .arg(token)
-        .arg(address)
-        .arg(ttl.as_millis().min(i64::MAX as u128 / 2) as i64)
-        .arg(reason.as_str())
-        .invoke_async(&mut self.conn())
-        .await
-        .context("raising a fence in Redis")?;
+        let seq: u64 = self
+            .scripts
+            .raise_fence
+            .key(lock_key)
+            .key(self.key(&["fence_seq"]))
+            .key(self.key(&["fences"]))
+            .arg(token)
+            .arg(address)
+            .arg(ttl.as_millis().min(i64::MAX as u128 / 2) as i64)
+            .arg(reason.as_str())
+            .invoke_async(&mut self.conn())
+            .await
+            .context("raising a fence in Redis")?;
         self.publish_event("fence").await?;
         Ok(seq)
     }
@@ -107,32 +95,16 @@ impl SessionStore {
     /// so the next sweep finishes the journal
     /// ([`NodeCleaner::finish_stale`](crate::lifecycle::NodeCleaner::finish_stale)).
     pub async fn lower_fence(&self, address: &str, seq: u64) -> StoreResult<()> {
-        redis::Script::new(
-            "local v = redis.call('HGET', KEYS[1], ARGV[1])
-             if v and string.match(v, '^(%d+):') == ARGV[2] then
-               local journal = redis.call('GET', KEYS[3])
-               if not journal then
-                 redis.call('HDEL', KEYS[1], ARGV[1])
-               else
-                 local ok, decoded = pcall(cjson.decode, journal)
-                 local of = ARGV[2]
-                 if ok and type(decoded) == 'table' and tonumber(decoded.seq) then
-                   of = string.format('%d', decoded.seq)
-                 end
-                 if of ~= ARGV[2] then redis.call('HSET', KEYS[1], ARGV[1], of .. ':0:clean') end
-               end
-             end
-             redis.call('DEL', KEYS[2])
-             return 0",
-        )
-        .key(self.key(&["fences"]))
-        .key(self.key(&["fence_acks", address, &seq.to_string()]))
-        .key(self.key(&["journal", address]))
-        .arg(address)
-        .arg(seq.to_string())
-        .invoke_async::<i64>(&mut self.conn())
-        .await
-        .context("lowering a fence in Redis")?;
+        self.scripts
+            .lower_fence
+            .key(self.key(&["fences"]))
+            .key(self.key(&["fence_acks", address, &seq.to_string()]))
+            .key(self.key(&["journal", address]))
+            .arg(address)
+            .arg(seq.to_string())
+            .invoke_async::<i64>(&mut self.conn())
+            .await
+            .context("lowering a fence in Redis")?;
         self.publish_event("lowered").await
     }
 
@@ -144,13 +116,13 @@ impl SessionStore {
     /// Every raised fence, and now on Redis's clock, which their deadlines
     /// are on: whether a fence is stale is judged on the clock that set it.
     pub async fn fences_now(&self) -> StoreResult<(i64, Vec<(String, Fence)>)> {
-        let (now, flat): (i64, Vec<String>) = redis::Script::new(&format!(
-            "{REDIS_NOW} return {{now, redis.call('HGETALL', KEYS[1])}}"
-        ))
-        .key(self.key(&["fences"]))
-        .invoke_async(&mut self.conn())
-        .await
-        .context("reading fences from Redis")?;
+        let (now, flat): (i64, Vec<String>) = self
+            .scripts
+            .fences_now
+            .key(self.key(&["fences"]))
+            .invoke_async(&mut self.conn())
+            .await
+            .context("reading fences from Redis")?;
         let raw = flat
             .chunks_exact(2)
             .map(|pair| (pair[0].clone(), pair[1].clone()));
@@ -199,17 +171,13 @@ impl SessionStore {
     /// forgets replicas silent for an hour (they died without leaving; the
     /// fence stopped waiting for them long before).
     pub async fn heartbeat(&self, replica: &str) -> StoreResult<()> {
-        redis::Script::new(&format!(
-            "{REDIS_NOW}
-             redis.call('ZADD', KEYS[1], now, ARGV[1])
-             redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 3600000)
-             return 0"
-        ))
-        .key(self.key(&["replicas"]))
-        .arg(replica)
-        .invoke_async::<i64>(&mut self.conn())
-        .await
-        .context("recording a replica heartbeat in Redis")?;
+        self.scripts
+            .heartbeat
+            .key(self.key(&["replicas"]))
+            .arg(replica)
+            .invoke_async::<i64>(&mut self.conn())
+            .await
+            .context("recording a replica heartbeat in Redis")?;
         Ok(())
     }
 
@@ -223,14 +191,13 @@ impl SessionStore {
     /// Replicas that sent a heartbeat within `silence` of now, both on
     /// Redis's clock.
     pub async fn live_replicas(&self, silence: std::time::Duration) -> StoreResult<Vec<String>> {
-        redis::Script::new(&format!(
-            "{REDIS_NOW} return redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[1]), '+inf')"
-        ))
-        .key(self.key(&["replicas"]))
-        .arg(silence.as_millis() as i64)
-        .invoke_async(&mut self.conn())
-        .await
-        .context("listing live replicas in Redis")
+        self.scripts
+            .live_replicas
+            .key(self.key(&["replicas"]))
+            .arg(silence.as_millis() as i64)
+            .invoke_async(&mut self.conn())
+            .await
+            .context("listing live replicas in Redis")
     }
 
     /// Whether a clean of the node is under way: its fence is up, or its
@@ -255,17 +222,16 @@ impl SessionStore {
     ) -> StoreResult<bool> {
         let (lock_key, token) = lock.key_and_token(self);
         let value = serde_json::to_string(journal).unwrap_or_default();
-        let written: i64 = redis::Script::new(&format!(
-            "{GUARD}
-             return redis.call('SET', KEYS[2], ARGV[2], 'NX') and 1 or 0"
-        ))
-        .key(lock_key)
-        .key(self.key(&["journal", address]))
-        .arg(token)
-        .arg(value)
-        .invoke_async(&mut self.conn())
-        .await
-        .context("writing a clean journal to Redis")?;
+        let written: i64 = self
+            .scripts
+            .put_journal
+            .key(lock_key)
+            .key(self.key(&["journal", address]))
+            .arg(token)
+            .arg(value)
+            .invoke_async(&mut self.conn())
+            .await
+            .context("writing a clean journal to Redis")?;
         Ok(written == 1)
     }
 
@@ -291,31 +257,17 @@ impl SessionStore {
         epoch: Option<u64>,
     ) -> StoreResult<()> {
         let (lock_key, token) = lock.key_and_token(self);
-        redis::Script::new(&format!(
-            "{GUARD}
-             if ARGV[3] ~= '' and redis.call('EXISTS', KEYS[3]) == 1 and
-                (tonumber(redis.call('HGET', KEYS[3], 'epoch')) or 0) < tonumber(ARGV[3]) then
-               redis.call('HSET', KEYS[3], 'epoch', ARGV[3])
-             end
-             local journal = redis.call('GET', KEYS[2])
-             if journal then
-               local ok, decoded = pcall(cjson.decode, journal)
-               if not ok or type(decoded) ~= 'table' or not tonumber(decoded.seq)
-                  or string.format('%d', decoded.seq) == ARGV[2] then
-                 redis.call('DEL', KEYS[2])
-               end
-             end
-             return 0"
-        ))
-        .key(lock_key)
-        .key(self.key(&["journal", address]))
-        .key(self.key(&["node", address]))
-        .arg(token)
-        .arg(seq)
-        .arg(epoch.map_or_else(String::new, |e| e.to_string()))
-        .invoke_async::<i64>(&mut self.conn())
-        .await
-        .context("ending a clean journal in Redis")?;
+        self.scripts
+            .end_journal
+            .key(lock_key)
+            .key(self.key(&["journal", address]))
+            .key(self.key(&["node", address]))
+            .arg(token)
+            .arg(seq)
+            .arg(epoch.map_or_else(String::new, |e| e.to_string()))
+            .invoke_async::<i64>(&mut self.conn())
+            .await
+            .context("ending a clean journal in Redis")?;
         Ok(())
     }
 }

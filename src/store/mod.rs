@@ -105,19 +105,12 @@ pub(crate) trait Context<T> {
 impl<T> Context<T> for redis::RedisResult<T> {
     fn context(self, context: &'static str) -> StoreResult<T> {
         self.map_err(|source| match source.code() {
-            // A guarded script found the lock another's ([`GUARD`]).
+            // A guarded script found the lock another's (guard.lua).
             Some("LOCKLOST") => StoreError::lock_lost(),
             _ => StoreError { context, source },
         })
     }
 }
-
-/// Lua that stops a script unless KEYS[1] (a lock) still holds ARGV[1]
-/// (its holder's token): the writes after it land only while the
-/// operation that makes them holds its node (store/lock.rs).
-pub(crate) const GUARD: &str = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return redis.error_reply('LOCKLOST the node lock is held by another operation')
-end";
 
 /// Handle on the shared Redis state. Cheap to clone: the connection manager
 /// multiplexes one connection and reconnects by itself after an outage.
@@ -155,12 +148,34 @@ struct Scripts {
     delete_node: redis::Script,
     set_node_weight: redis::Script,
     drop_strays: redis::Script,
+    set_node_notes: redis::Script,
+    set_node_epoch: redis::Script,
+    set_node_field: redis::Script,
+    raise_fence: redis::Script,
+    lower_fence: redis::Script,
+    fences_now: redis::Script,
+    put_journal: redis::Script,
+    end_journal: redis::Script,
+    heartbeat: redis::Script,
+    live_replicas: redis::Script,
+    renew_lock: redis::Script,
+    unlock: redis::Script,
 }
 
 /// A script with the shared helpers (prelude.lua) first: the mapping
 /// format, the session's keys, and how placement weighs a node.
 fn with_prelude(body: &str) -> redis::Script {
     redis::Script::new(&format!("{}\n{body}", include_str!("prelude.lua")))
+}
+
+/// A script run under its node's lock: guard.lua first.
+fn guarded(body: &str) -> redis::Script {
+    redis::Script::new(&format!("{}\n{body}", include_str!("guard.lua")))
+}
+
+/// A script on Redis's clock: redis_now.lua (`now`) first.
+fn timed(body: &str) -> redis::Script {
+    redis::Script::new(&format!("{}\n{body}", include_str!("redis_now.lua")))
 }
 
 impl SessionStore {
@@ -226,6 +241,22 @@ impl SessionStore {
                 delete_node: redis::Script::new(include_str!("delete_node.lua")),
                 set_node_weight: with_prelude(include_str!("set_node_weight.lua")),
                 drop_strays: with_prelude(include_str!("drop_strays.lua")),
+                set_node_notes: redis::Script::new(include_str!("set_node_notes.lua")),
+                set_node_epoch: redis::Script::new(include_str!("set_node_epoch.lua")),
+                set_node_field: redis::Script::new(include_str!("set_node_field.lua")),
+                raise_fence: guarded(&format!(
+                    "{}\n{}",
+                    include_str!("redis_now.lua"),
+                    include_str!("raise_fence.lua")
+                )),
+                lower_fence: redis::Script::new(include_str!("lower_fence.lua")),
+                fences_now: timed(include_str!("fences_now.lua")),
+                put_journal: guarded(include_str!("put_journal.lua")),
+                end_journal: guarded(include_str!("end_journal.lua")),
+                heartbeat: timed(include_str!("heartbeat.lua")),
+                live_replicas: timed(include_str!("live_replicas.lua")),
+                renew_lock: redis::Script::new(include_str!("renew_lock.lua")),
+                unlock: redis::Script::new(include_str!("unlock.lua")),
             }),
             node_addresses: Default::default(),
             batchers: Default::default(),

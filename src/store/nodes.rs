@@ -163,19 +163,14 @@ impl SessionStore {
         reason: &str,
         instance: Option<&str>,
     ) -> StoreResult<()> {
-        redis::Script::new(
-            "if redis.call('EXISTS', KEYS[1]) == 1 then
-               redis.call('HSET', KEYS[1], 'reason', ARGV[1])
-               if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'instance', ARGV[2]) end
-             end
-             return 0",
-        )
-        .key(self.key(&["node", address]))
-        .arg(reason)
-        .arg(instance.unwrap_or(""))
-        .invoke_async::<i64>(&mut self.conn())
-        .await
-        .context("recording a node's state notes in Redis")?;
+        self.scripts
+            .set_node_notes
+            .key(self.key(&["node", address]))
+            .arg(reason)
+            .arg(instance.unwrap_or(""))
+            .invoke_async::<i64>(&mut self.conn())
+            .await
+            .context("recording a node's state notes in Redis")?;
         Ok(())
     }
 
@@ -212,18 +207,13 @@ impl SessionStore {
     /// presses to it carry from now on, unless a newer one is recorded
     /// (tokens only grow: a late writer cannot move it back).
     pub async fn set_node_epoch(&self, address: &str, epoch: u64) -> StoreResult<()> {
-        redis::Script::new(
-            "if redis.call('EXISTS', KEYS[1]) == 1 and
-                (tonumber(redis.call('HGET', KEYS[1], 'epoch')) or 0) < tonumber(ARGV[1]) then
-               redis.call('HSET', KEYS[1], 'epoch', ARGV[1])
-             end
-             return 0",
-        )
-        .key(self.key(&["node", address]))
-        .arg(epoch)
-        .invoke_async::<i64>(&mut self.conn())
-        .await
-        .context("recording a node's fencing epoch in Redis")?;
+        self.scripts
+            .set_node_epoch
+            .key(self.key(&["node", address]))
+            .arg(epoch)
+            .invoke_async::<i64>(&mut self.conn())
+            .await
+            .context("recording a node's fencing epoch in Redis")?;
         Ok(())
     }
 
@@ -259,15 +249,14 @@ impl SessionStore {
         value: impl redis::ToRedisArgs,
         context: &'static str,
     ) -> StoreResult<()> {
-        redis::Script::new(
-            "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end return 0",
-        )
-        .key(self.key(&["node", address]))
-        .arg(field)
-        .arg(value)
-        .invoke_async::<i64>(&mut self.conn())
-        .await
-        .context(context)?;
+        self.scripts
+            .set_node_field
+            .key(self.key(&["node", address]))
+            .arg(field)
+            .arg(value)
+            .invoke_async::<i64>(&mut self.conn())
+            .await
+            .context(context)?;
         Ok(())
     }
 
@@ -378,15 +367,15 @@ impl SessionStore {
 
     /// Extends a lock's life if it is still ours; false if it is not.
     pub async fn renew_lock(&self, name: &str, token: &str, ttl_ms: u64) -> StoreResult<bool> {
-        let renewed: i64 = redis::Script::new(
-            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0",
-        )
-        .key(self.key(&["lock", name]))
-        .arg(token)
-        .arg(ttl_ms)
-        .invoke_async(&mut self.conn())
-        .await
-        .context("renewing a lock in Redis")?;
+        let renewed: i64 = self
+            .scripts
+            .renew_lock
+            .key(self.key(&["lock", name]))
+            .arg(token)
+            .arg(ttl_ms)
+            .invoke_async(&mut self.conn())
+            .await
+            .context("renewing a lock in Redis")?;
         Ok(renewed == 1)
     }
 
@@ -405,14 +394,13 @@ impl SessionStore {
 
     /// Releases a lock if it is still ours.
     pub async fn unlock(&self, name: &str, token: &str) -> StoreResult<()> {
-        redis::Script::new(
-            "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
-        )
-        .key(self.key(&["lock", name]))
-        .arg(token)
-        .invoke_async::<i64>(&mut self.conn())
-        .await
-        .context("releasing a lock in Redis")?;
+        self.scripts
+            .unlock
+            .key(self.key(&["lock", name]))
+            .arg(token)
+            .invoke_async::<i64>(&mut self.conn())
+            .await
+            .context("releasing a lock in Redis")?;
         Ok(())
     }
 }

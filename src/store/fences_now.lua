@@ -1,0 +1,3 @@
+-- Every raised fence (KEYS[1] fences), and now on Redis's clock, which
+-- their deadlines are on (redis_now.lua first).
+return {now, redis.call('HGETALL', KEYS[1])}
