@@ -58,6 +58,137 @@ async fn register_nodes(admin: &NodeAdmin, nodes: Vec<String>) -> Vec<String> {
     pending
 }
 
+/// `ADMIN_TOKEN`, which the admin endpoints need.
+fn admin_token(config: &Config) -> anyhow::Result<String> {
+    anyhow::ensure!(
+        config.health_check_path.starts_with('/'),
+        "HEALTH_CHECK_PATH must be a path starting with '/', not {:?}",
+        config.health_check_path
+    );
+    config
+        .admin_token
+        .clone()
+        .filter(|t| !t.trim().is_empty())
+        .context(
+            "ADMIN_TOKEN is not set: the admin endpoints need a secret. \
+             Set ADMIN_TOKEN in the environment or in .env (e.g. ADMIN_TOKEN=$(openssl rand -hex 24))",
+        )
+}
+
+/// Redis (lazily: the balancer starts while it is away) and Postgres, its
+/// database made ready and migrated.
+async fn connect(config: &Config) -> anyhow::Result<(SessionStore, Archive)> {
+    let store = SessionStore::connect(&config.redis_url, &config.redis_key_prefix)?;
+    let archive = Archive::connect_lazy(
+        &config.database_url,
+        &config.redis_key_prefix,
+        config.archive_timeout(),
+    )?;
+    Archive::prepare_database(&config.database_url, config.create_database).await?;
+    archive
+        .migrate()
+        .await
+        .context("applying migrations to DATABASE_URL (is Postgres up?)")?;
+    Ok((store, archive))
+}
+
+/// The one client towards nodes: `NODE_CA_FILE`'s roots, the health probe.
+fn node_client(config: &Config) -> anyhow::Result<NodeClient> {
+    let extra_roots = match &config.node_ca_file {
+        Some(path) => Some(
+            std::fs::read(path)
+                .with_context(|| format!("reading NODE_CA_FILE {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let probe = match config.health_check {
+        HealthCheck::Http => Probe::Http {
+            path: config.health_check_path.clone(),
+        },
+        HealthCheck::Tcp => Probe::Tcp,
+        HealthCheck::Off => Probe::Off,
+    };
+    let client = NodeClient::new(
+        config.node_timeout(),
+        config.node_connect_timeout(),
+        extra_roots.as_deref(),
+    )?;
+    Ok(client.with_probe(probe))
+}
+
+/// The cleaner of nodes and the watcher of the fences it raises, which
+/// share the fence events (raises, lowers, acks wake the waiting cleans).
+fn cleaner_and_fences(
+    config: &Config,
+    store: &SessionStore,
+    archive: &Archive,
+    client: &NodeClient,
+    table: &Arc<NodeTable>,
+    detached: &Detached,
+    lease: &Arc<Lease>,
+) -> (NodeCleaner, FenceWatcher) {
+    let events = Arc::new(tokio::sync::Notify::new());
+    let cleaner = NodeCleaner::new(
+        store.clone(),
+        archive.clone(),
+        client.clone(),
+        table.clone(),
+        detached.clone(),
+        // A silent replica is waited out until its lease and any press it
+        // started under it are surely over.
+        config.node_timeout() + config.lease(),
+        events.clone(),
+    );
+    let fences = FenceWatcher::new(store.clone(), table.clone(), events, lease.clone());
+    (cleaner, fences)
+}
+
+/// A node selector of `kind` over this replica's view.
+fn selector(config: &Config, kind: balancing::StrategyKind, table: &Arc<NodeTable>) -> Selector {
+    Selector::new(
+        kind,
+        table.clone(),
+        config.virtual_nodes,
+        config.ch_load_factor,
+    )
+}
+
+/// Before serving: the view of the nodes, the replica set and its fences
+/// joined, the registry checked (a layout this release does not read stops
+/// the start; Redis being away only delays the rest).
+async fn check_at_start(
+    registry: &NodeRegistry,
+    fences: &FenceWatcher,
+    rebuilder: &Rebuilder,
+) -> anyhow::Result<()> {
+    if let Err(error) = registry.refresh().await {
+        warn!(%error, "Redis is not reachable at start-up; serving 503 until it is");
+    }
+    if let Err(error) = fences.poll_once().await {
+        warn!(%error, "could not read clean fences at start-up");
+    }
+    match rebuilder.start_if_fresh().await {
+        Ok(Registry::Ready) => {}
+        Ok(Registry::Rebuilding) => {
+            warn!("Redis lost the registry; it is rebuilt from Postgres before sessions are served")
+        }
+        Err(CleanError::Layout(mismatch)) => return Err(mismatch.into()),
+        Err(error) => warn!(%error, "could not check the registry at start-up"),
+    }
+    Ok(())
+}
+
+/// `NODES`, checked: a typo stops the start.
+fn initial_nodes(config: &Config) -> anyhow::Result<Vec<String>> {
+    let mut nodes = Vec::new();
+    for address in config.nodes.iter().filter(|a| !a.trim().is_empty()) {
+        let address =
+            NodeAddress::parse(address).with_context(|| format!("NODES lists {address:?}"))?;
+        nodes.push(address.to_string());
+    }
+    Ok(nodes)
+}
+
 impl Application {
     /// Binds the listener (port 0 in tests), connects to Redis and Postgres,
     /// applies migrations and registers the `NODES` of the configuration.
@@ -68,66 +199,17 @@ impl Application {
     /// [`build`](Self::build) with sessions expiring on `clock` (tests move
     /// it forward instead of waiting out a TTL).
     pub async fn build_with_clock(config: Config, clock: Clock) -> anyhow::Result<Self> {
-        let admin_token = config
-            .admin_token
-            .clone()
-            .filter(|t| !t.trim().is_empty())
-            .context(
-                "ADMIN_TOKEN is not set: the admin endpoints need a secret. \
-                 Set ADMIN_TOKEN in the environment or in .env (e.g. ADMIN_TOKEN=$(openssl rand -hex 24))",
-            )?;
-        anyhow::ensure!(
-            config.health_check_path.starts_with('/'),
-            "HEALTH_CHECK_PATH must be a path starting with '/', not {:?}",
-            config.health_check_path
-        );
-        let store = SessionStore::connect(&config.redis_url, &config.redis_key_prefix)?;
-        let archive = Archive::connect_lazy(
-            &config.database_url,
-            &config.redis_key_prefix,
-            config.archive_timeout(),
-        )?;
-        Archive::prepare_database(&config.database_url, config.create_database).await?;
-        archive
-            .migrate()
-            .await
-            .context("applying migrations to DATABASE_URL (is Postgres up?)")?;
-        let extra_roots = match &config.node_ca_file {
-            Some(path) => Some(
-                std::fs::read(path)
-                    .with_context(|| format!("reading NODE_CA_FILE {}", path.display()))?,
-            ),
-            None => None,
-        };
-        let client = NodeClient::new(
-            config.node_timeout(),
-            config.node_connect_timeout(),
-            extra_roots.as_deref(),
-        )?
-        .with_probe(match config.health_check {
-            HealthCheck::Http => Probe::Http {
-                path: config.health_check_path.clone(),
-            },
-            HealthCheck::Tcp => Probe::Tcp,
-            HealthCheck::Off => Probe::Off,
-        });
+        let admin_token = admin_token(&config)?;
+        let (store, archive) = connect(&config).await?;
+        let client = node_client(&config)?;
         let table = Arc::new(NodeTable::new(config.node_max_in_flight));
-        // Fence events (raises, lowers, acks) wake the cleaners waiting on them.
-        let events = Arc::new(tokio::sync::Notify::new());
         let lease = Arc::new(Lease::new(config.lease()));
         // This application's cleans and admin operations, waited for at shutdown.
         let detached = Detached::default();
-        let cleaner = NodeCleaner::new(
-            store.clone(),
-            archive.clone(),
-            client.clone(),
-            table.clone(),
-            detached.clone(),
-            // A silent replica is waited out until its lease and any press
-            // it started under it are surely over.
-            config.node_timeout() + config.lease(),
-            events.clone(),
+        let (cleaner, fences) = cleaner_and_fences(
+            &config, &store, &archive, &client, &table, &detached, &lease,
         );
+        archive.set_replica(fences.replica_id());
         let sweeper = Sweeper::new(
             store.clone(),
             cleaner.clone(),
@@ -135,52 +217,9 @@ impl Application {
             config.session_ttl(),
             clock,
         );
-        let fences = FenceWatcher::new(store.clone(), table.clone(), events, lease.clone());
-        archive.set_replica(fences.replica_id());
-        let rebuilder = Rebuilder::new(
-            store.clone(),
-            archive.clone(),
-            cleaner.clone(),
-            client.clone(),
-            table.clone(),
-            detached.clone(),
-        );
-        let registry = NodeRegistry::new(
-            store.clone(),
-            archive.clone(),
-            table.clone(),
-            client.clone(),
-            cleaner.clone(),
-            detached.clone(),
-        );
-        let admin = NodeAdmin::new(
-            registry.clone(),
-            store.clone(),
-            archive.clone(),
-            table.clone(),
-            client.clone(),
-            cleaner,
-            detached.clone(),
-        );
-        let placement = config.placement.strategy().map(|kind| {
-            Selector::new(
-                kind,
-                table.clone(),
-                config.virtual_nodes,
-                config.ch_load_factor,
-            )
-        });
-        let process_router = ProcessRouter::new(
-            Selector::new(
-                config.strategy,
-                table.clone(),
-                config.virtual_nodes,
-                config.ch_load_factor,
-            ),
-            registry.clone(),
-            client.clone(),
-            config.node_queue_timeout(),
-        );
+        let rebuilder = Rebuilder::new(cleaner.clone());
+        let registry = NodeRegistry::new(cleaner);
+        let admin = NodeAdmin::new(registry.clone());
         // True from the start: the fence watcher's first poll runs below,
         // before the listener serves anything.
         let fences_followed = Arc::new(std::sync::atomic::AtomicBool::new(true));
@@ -193,11 +232,22 @@ impl Application {
             fences_followed.clone(),
             MappingCache::new(lease),
         )
-        .with_placement(placement)
+        .with_placement(
+            config
+                .placement
+                .strategy()
+                .map(|kind| selector(&config, kind, &table)),
+        )
         .with_ttl(config.session_ttl())
         .with_node_timeout(config.node_timeout())
         .with_history(config.session_history_secs > 0)
         .with_queue_timeout(config.node_queue_timeout());
+        let process_router = ProcessRouter::new(
+            selector(&config, config.strategy, &table),
+            registry.clone(),
+            client.clone(),
+            config.node_queue_timeout(),
+        );
         let listener = TcpListener::bind(&config.listen_addr)
             .await
             .with_context(|| format!("binding LISTEN_ADDR {}", config.listen_addr))?;
@@ -215,40 +265,20 @@ impl Application {
             fences_followed: fences_followed.clone(),
             metrics: crate::telemetry::metrics_handle(config.health_check_interval()),
             press_metrics: http::PressMetrics::register(),
-            press_history: Arc::new(PressHistory::new(table.clone())),
+            press_history: Arc::new(PressHistory::new(table)),
         });
-        if let Err(error) = registry.refresh().await {
-            warn!(%error, "Redis is not reachable at start-up; serving 503 until it is");
-        }
-        // Join the replica set and honour raised fences before serving.
-        if let Err(error) = fences.poll_once().await {
-            warn!(%error, "could not read clean fences at start-up");
-        }
-        match rebuilder.start_if_fresh().await {
-            Ok(Registry::Ready) => {}
-            Ok(Registry::Rebuilding) => {
-                warn!("Redis lost the registry; it is rebuilt from Postgres before sessions are served")
-            }
-            Err(CleanError::Layout(mismatch)) => return Err(mismatch.into()),
-            Err(error) => warn!(%error, "could not check the registry at start-up"),
-        }
-        // A typo in NODES stops the start; Redis being away only delays it.
-        let mut initial_nodes = Vec::new();
-        for address in config.nodes.iter().filter(|a| !a.trim().is_empty()) {
-            let address =
-                NodeAddress::parse(address).with_context(|| format!("NODES lists {address:?}"))?;
-            initial_nodes.push(address.to_string());
-        }
-        let pending_nodes = register_nodes(&admin, initial_nodes).await;
+        check_at_start(&registry, &fences, &rebuilder).await?;
+        let pending_nodes = register_nodes(&admin, initial_nodes(&config)?).await;
+        let health = HealthChecker::new(
+            registry,
+            client,
+            config.health_rise,
+            config.health_fall,
+            config.health_check_interval(),
+        );
         Ok(Self {
             listener,
-            health: HealthChecker::new(
-                registry,
-                client,
-                config.health_rise,
-                config.health_fall,
-                config.health_check_interval(),
-            ),
+            health,
             fences,
             sweeper,
             rebuilder,
@@ -296,15 +326,71 @@ impl Application {
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let cancel = CancellationToken::new();
-        let sweep_interval = Duration::from_secs(self.config.sweep_interval_secs.max(1));
+        let registration = self.register_pending_nodes();
+        let mut background = self.spawn_background(&cancel);
+        info!(addr = %self.listener.local_addr()?, "nodes-control listening");
+        let server_cancel = cancel.clone();
+        let limits = self.config.listener_limits();
+        let stopping_at = Arc::new(std::sync::Mutex::new(None));
+        let stop_time = stopping_at.clone();
+        let result = http::server::serve(
+            self.listener,
+            self.ctx.clone(),
+            http::router(self.ctx.clone()),
+            limits,
+            async move {
+                tokio::select! {
+                    _ = shutdown => {}
+                    _ = server_cancel.cancelled() => {}
+                }
+                *stop_time.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(tokio::time::Instant::now());
+            },
+        )
+        .await;
+        let stopped = stopping_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(tokio::time::Instant::now);
+        // Presses carried on past their timeout hold their nodes' gates:
+        // this replica follows fences (and counts as live for cleaners)
+        // until they end, within the grace period.
+        let grace_left = || limits.grace.saturating_sub(stopped.elapsed());
+        if !self.ctx.sessions.finish_carried(grace_left()).await {
+            warn!(
+                "presses carried on past their timeout still held at the end of the grace period"
+            );
+        }
+        cancel.cancel();
+        registration.abort();
+        while background.join_next().await.is_some() {}
+        // Cleans and failovers still running finish within what is left.
+        if !self.detached.wait(grace_left()).await {
+            warn!("cleans still running at the end of the grace period; their journals let another replica finish them");
+        }
+        info!("nodes-control stopped");
+        if let Some(mismatch) = self.rebuilder.refused() {
+            return Err(std::io::Error::other(mismatch));
+        }
+        result
+    }
+
+    /// Registers the `NODES` Redis could not take at start-up, once it can.
+    fn register_pending_nodes(&self) -> tokio::task::JoinHandle<()> {
         let mut pending = self.pending_nodes.clone();
         let admin = self.ctx.admin.clone();
-        let registration = tokio::spawn(async move {
+        tokio::spawn(async move {
             while !pending.is_empty() {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 pending = register_nodes(&admin, pending).await;
             }
-        });
+        })
+    }
+
+    /// The loops beside the server, supervised (restarted with back-off if
+    /// one ends on its own) and stopped by `cancel`.
+    fn spawn_background(&self, cancel: &CancellationToken) -> tokio::task::JoinSet<()> {
+        let sweep_interval = Duration::from_secs(self.config.sweep_interval_secs.max(1));
         let mut background = tokio::task::JoinSet::new();
         let supervisor = &self.supervisor;
         let health = self.health.clone();
@@ -333,14 +419,29 @@ impl Application {
             None,
             move || sweeper.clone().run(sweep_interval, token.clone()),
         );
+        let (rebuilder, token) = (self.rebuilder.clone(), cancel.clone());
+        supervisor.spawn(
+            &mut background,
+            "registry check",
+            cancel.clone(),
+            None,
+            move || rebuilder.clone().run(token.clone(), token.clone()),
+        );
+        self.spawn_upkeep(&mut background, cancel);
+        background
+    }
+
+    /// The upkeep beside them: drains, retention, caches, samples.
+    fn spawn_upkeep(&self, background: &mut tokio::task::JoinSet<()>, cancel: &CancellationToken) {
+        let supervisor = &self.supervisor;
         // Drained nodes are removed once empty (or at their deadline), at the
         // pace of the health checks: a drain ends soon after its last session.
         let admin = self.ctx.admin.clone();
         supervisor.spawn_periodic(
-            &mut background,
+            background,
             "drain",
             self.config.health_check_interval(),
-            &cancel,
+            cancel,
             move || {
                 let admin = admin.clone();
                 async move {
@@ -354,10 +455,10 @@ impl Application {
             let archive = self.ctx.archive.clone();
             let keep = chrono::Duration::seconds(self.config.session_history_secs as i64);
             supervisor.spawn_periodic(
-                &mut background,
+                background,
                 "history retention",
                 Duration::from_secs(60),
-                &cancel,
+                cancel,
                 move || {
                     let archive = archive.clone();
                     async move {
@@ -370,99 +471,36 @@ impl Application {
             );
         }
         let sessions = self.ctx.sessions.clone();
-        supervisor.spawn_periodic(
-            &mut background,
+        supervisor.spawn_tick(
+            background,
             "cache purge",
             Duration::from_secs(10),
-            &cancel,
+            cancel,
             move || {
                 sessions.purge_cache();
-                std::future::ready(())
             },
         );
         let history = self.ctx.press_history.clone();
-        supervisor.spawn_periodic(
-            &mut background,
+        supervisor.spawn_tick(
+            background,
             "press history",
             crate::nodes::press_history::SAMPLE_EVERY,
-            &cancel,
+            cancel,
             move || {
                 history.sample(crate::clock::wall_ms());
-                std::future::ready(())
             },
         );
         // Histogram samples pile up in the recorder until drained: without
         // a scraper they would grow with every press.
         let metrics = self.ctx.metrics.clone();
-        supervisor.spawn_periodic(
-            &mut background,
+        supervisor.spawn_tick(
+            background,
             "metrics upkeep",
             Duration::from_secs(5),
-            &cancel,
+            cancel,
             move || {
                 metrics.run_upkeep();
-                std::future::ready(())
             },
         );
-        let (rebuilder, token) = (self.rebuilder.clone(), cancel.clone());
-        supervisor.spawn(
-            &mut background,
-            "registry check",
-            cancel.clone(),
-            None,
-            move || rebuilder.clone().run(token.clone(), token.clone()),
-        );
-        info!(addr = %self.listener.local_addr()?, "nodes-control listening");
-        let server_cancel = cancel.clone();
-        let limits = self.config.listener_limits();
-        let stopping_at = std::sync::Arc::new(std::sync::Mutex::new(None));
-        let stop_time = stopping_at.clone();
-        let result = http::server::serve(
-            self.listener,
-            self.ctx.clone(),
-            http::router(self.ctx.clone()),
-            limits,
-            async move {
-                tokio::select! {
-                    _ = shutdown => {}
-                    _ = server_cancel.cancelled() => {}
-                }
-                *stop_time.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Some(tokio::time::Instant::now());
-            },
-        )
-        .await;
-        // Presses carried on past their timeout hold their nodes' gates:
-        // this replica follows fences (and counts as live for cleaners)
-        // until they end, within the grace period.
-        let grace_left = limits.grace.saturating_sub(
-            stopping_at
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .map_or(Duration::ZERO, |at| at.elapsed()),
-        );
-        if !self.ctx.sessions.finish_carried(grace_left).await {
-            warn!(
-                "presses carried on past their timeout still held at the end of the grace period"
-            );
-        }
-        cancel.cancel();
-        registration.abort();
-        while background.join_next().await.is_some() {}
-        // Cleans and failovers still running finish within what is left of
-        // the grace period.
-        let started = stopping_at
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .unwrap_or_else(tokio::time::Instant::now);
-        let left = limits.grace.saturating_sub(started.elapsed());
-        if !self.detached.wait(left).await {
-            warn!("cleans still running at the end of the grace period; their journals let another replica finish them");
-        }
-        info!("nodes-control stopped");
-        if let Some(mismatch) = self.rebuilder.refused() {
-            return Err(std::io::Error::other(mismatch));
-        }
-        result
     }
 }

@@ -93,6 +93,23 @@ impl Supervisor {
         });
     }
 
+    /// Runs `tick`, which does not wait, every `interval`, supervised.
+    pub fn spawn_tick<F>(
+        &self,
+        set: &mut JoinSet<()>,
+        name: &'static str,
+        interval: Duration,
+        cancel: &CancellationToken,
+        tick: F,
+    ) where
+        F: Fn() + Clone + Send + Sync + 'static,
+    {
+        self.spawn_periodic(set, name, interval, cancel, move || {
+            tick();
+            std::future::ready(())
+        });
+    }
+
     /// Ends the current run of a loop as a crash would (for tests and
     /// operators' drills); the supervisor restarts it.
     pub fn abort(&self, name: &str) -> bool {

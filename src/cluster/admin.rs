@@ -121,38 +121,40 @@ pub struct Removal {
 #[derive(Clone)]
 pub struct NodeAdmin {
     registry: NodeRegistry,
-    store: SessionStore,
-    archive: Archive,
-    table: Arc<NodeTable>,
-    client: NodeClient,
-    cleaner: NodeCleaner,
-    detached: Detached,
 }
 
 impl NodeAdmin {
-    pub fn new(
-        registry: NodeRegistry,
-        store: SessionStore,
-        archive: Archive,
-        table: Arc<NodeTable>,
-        client: NodeClient,
-        cleaner: NodeCleaner,
-        detached: Detached,
-    ) -> Self {
-        Self {
-            registry,
-            store,
-            archive,
-            table,
-            client,
-            cleaner,
-            detached,
-        }
+    pub fn new(registry: NodeRegistry) -> Self {
+        Self { registry }
     }
 
     /// The registry the commands go through.
     pub fn registry(&self) -> &NodeRegistry {
         &self.registry
+    }
+
+    fn store(&self) -> &SessionStore {
+        self.registry.store()
+    }
+
+    fn archive(&self) -> &Archive {
+        self.registry.archive()
+    }
+
+    fn table(&self) -> &Arc<NodeTable> {
+        self.registry.table()
+    }
+
+    fn client(&self) -> &NodeClient {
+        self.registry.client()
+    }
+
+    fn cleaner(&self) -> &NodeCleaner {
+        self.registry.cleaner()
+    }
+
+    fn detached(&self) -> &Detached {
+        self.registry.detached()
     }
 
     /// Registers a node (idempotent). A new node is wiped with
@@ -186,28 +188,28 @@ impl NodeAdmin {
             return Err(AdminError::Name);
         }
         let requested_weight = weight;
-        if let Some(existing) = self.store.get_node(address.as_str()).await? {
+        if let Some(existing) = self.store().get_node(address.as_str()).await? {
             return self.re_add(existing, requested_weight, actor).await;
         }
         let name = name.map(str::to_owned);
         let host_port = address.host_port();
         self.with_node_lock(address.as_str(), move |this, lock| async move {
             let addr = lock.node().to_owned();
-            if let Some(existing) = this.store.get_node(&addr).await? {
+            if let Some(existing) = this.store().get_node(&addr).await? {
                 return this.re_add(existing, requested_weight, actor).await;
             }
             // One node, one registration (design.md §4.13): refused before
             // anything is sent that would change the node.
-            let health = this.client.first_check(&addr).await;
+            let health = this.client().first_check(&addr).await;
             this.refuse_alias(&addr, health.as_ref().ok()).await?;
             // The wipe's token is the node's first fencing epoch; whatever
             // an earlier life of this node may still archive (under older
             // tokens) is fenced out before it counts for us again.
-            let token = this.archive.wipe_token().await?;
-            lock.lock().check_held(&this.store).await?;
-            this.archive.fence_failed_node(&addr, token).await?;
+            let token = this.archive().wipe_token().await?;
+            lock.lock().check_held(this.store()).await?;
+            this.archive().fence_failed_node(&addr, token).await?;
             let (state, health, reason) = match health {
-                Ok(mut health) => match this.client.wipe(&addr, Some(token)).await {
+                Ok(mut health) => match this.client().wipe(&addr, Some(token)).await {
                     Ok(selective) => {
                         health.offers.selective_clean |= selective;
                         info!(node = %addr, reason = "new registration: counts from an earlier life would be wrong for us", "node wiped");
@@ -244,7 +246,7 @@ impl NodeAdmin {
             };
             // Postgres first: a node Redis knows is always one a rebuild knows.
             record.number = this
-                .archive
+                .archive()
                 .upsert_member(&Member {
                     address: addr.clone(),
                     name: record.name.clone(),
@@ -255,16 +257,16 @@ impl NodeAdmin {
                     number: 0,
                 })
                 .await?;
-            if this.store.register_node(&record, false).await?.is_none() {
+            if this.store().register_node(&record, false).await?.is_none() {
                 return Err(AdminError::Rebuilding);
             }
             if state == NodeState::Up {
                 // A number is new unless Postgres kept the address's row
                 // (a removal that could not forget it), closed since.
-                this.store.open_to_new_sessions(&addr).await?;
+                this.store().open_to_new_sessions(&addr).await?;
             }
-            this.store.set_node_offers(&addr, record.offers).await?;
-            this.table.upsert(&record);
+            this.store().set_node_offers(&addr, record.offers).await?;
+            this.table().upsert(&record);
             // A node that did not answer is detected when it recovers.
             let reason = match &record.reason {
                 Some(reason) => reason.clone(),
@@ -275,7 +277,7 @@ impl NodeAdmin {
                 .states(None, Some(state.as_str()))
                 .sessions(0)
                 .reason(reason);
-            this.archive.record(event);
+            this.archive().record(event);
             Ok((record, Outcome::Added))
         })
         .await
@@ -291,21 +293,21 @@ impl NodeAdmin {
     ) -> Result<(NodeRecord, Outcome), AdminError> {
         let mut outcome = Outcome::Unchanged;
         if let Some(weight) = weight.filter(|w| *w != existing.weight) {
-            self.archive
+            self.archive()
                 .set_member_weight(&existing.address, weight)
                 .await?;
-            self.store
+            self.store()
                 .set_node_weight(&existing.address, weight)
                 .await?;
             info!(node = %existing.address, from = existing.weight, to = weight, "node re-weighted");
-            self.archive.record(
+            self.archive().record(
                 NodeEvent::new(actor, &existing.address, "reweighted")
                     .reason(format!("weight {} -> {weight}", existing.weight)),
             );
             existing.weight = weight;
             outcome = Outcome::Reweighted;
         }
-        self.table.upsert(&existing);
+        self.table().upsert(&existing);
         Ok((existing, outcome))
     }
 
@@ -331,7 +333,7 @@ impl NodeAdmin {
         self.with_node_lock(address.as_str(), move |this, lock| async move {
             let addr = lock.node();
             let record = this
-                .store
+                .store()
                 .get_node(addr)
                 .await?
                 .ok_or_else(|| AdminError::UnknownNode(addr.to_owned()))?;
@@ -339,21 +341,21 @@ impl NodeAdmin {
                 return Err(AdminError::DrainDown(addr.to_owned()));
             }
             let deadline_ms = crate::clock::wall_ms() + deadline.as_millis() as i64;
-            this.archive.set_member_draining(addr).await?;
-            this.store.set_drain_until(addr, deadline_ms).await?;
-            this.store
+            this.archive().set_member_draining(addr).await?;
+            this.store().set_drain_until(addr, deadline_ms).await?;
+            this.store()
                 .set_node_state(
                     addr,
                     NodeState::Draining,
                     &[NodeState::Up, NodeState::Draining],
                 )
                 .await?;
-            this.table.upsert(&NodeRecord {
+            this.table().upsert(&NodeRecord {
                 state: NodeState::Draining,
                 ..record.clone()
             });
             info!(node = %addr, sessions = record.active_sessions, deadline_ms, "node draining");
-            this.archive.record(
+            this.archive().record(
                 NodeEvent::new(Actor::Admin, addr, "draining")
                     .states(Some(record.state.as_str()), Some("draining"))
                     .sessions(record.active_sessions)
@@ -375,11 +377,11 @@ impl NodeAdmin {
     /// it; the node lock makes one of them do each removal.
     pub async fn finish_drains(&self) -> Result<Vec<String>, AdminError> {
         let mut removed = Vec::new();
-        for record in self.store.list_nodes().await? {
+        for record in self.store().list_nodes().await? {
             if record.state != NodeState::Draining {
                 continue;
             }
-            let Some(until) = self.store.drain_until(&record.address).await? else {
+            let Some(until) = self.store().drain_until(&record.address).await? else {
                 continue; // a removal's own draining: it finishes by itself
             };
             let reason = if record.active_sessions <= 0 {
@@ -417,26 +419,26 @@ impl NodeAdmin {
         self.with_node_lock(address.as_str(), move |this, lock| async move {
             let addr = lock.node();
             let record = this
-                .store
+                .store()
                 .get_node(addr)
                 .await?
                 .ok_or_else(|| AdminError::UnknownNode(addr.to_owned()))?;
             if record.state != NodeState::Down {
-                this.store.set_node_state(addr, NodeState::Draining, &[]).await?;
-                this.table.upsert(&NodeRecord {
+                this.store().set_node_state(addr, NodeState::Draining, &[]).await?;
+                this.table().upsert(&NodeRecord {
                     state: NodeState::Draining,
                     ..record.clone()
                 });
             }
-            let report = this.cleaner.remove(&lock, record.state).await?;
-            this.archive.delete_member(addr).await?;
-            this.table.remove(addr);
+            let report = this.cleaner().remove(&lock, record.state).await?;
+            this.archive().delete_member(addr).await?;
+            this.table().remove(addr);
             info!(node = %addr, sessions = report.unmapped, archived = report.archived, "node removed");
             let reason = match report.archived {
                 true => reason.to_owned(),
                 false => format!("{reason}; the node could not archive: its clicks since its last archive are lost"),
             };
-            this.archive.record(
+            this.archive().record(
                 NodeEvent::new(actor, addr, "removed")
                     .states(Some(record.state.as_str()), None)
                     .sessions(report.unmapped as i64)
@@ -451,12 +453,12 @@ impl NodeAdmin {
     }
 
     pub async fn list(&self) -> Result<Vec<NodeView>, AdminError> {
-        let records = self.store.list_nodes().await?;
-        self.table.sync(&records);
+        let records = self.store().list_nodes().await?;
+        self.table().sync(&records);
         Ok(records
             .into_iter()
             .map(|r| {
-                let entry = self.table.get(&r.address);
+                let entry = self.table().get(&r.address);
                 let in_flight = entry.as_ref().map(|e| e.in_flight()).unwrap_or(0);
                 let in_flight_limit = entry.as_ref().map(|e| e.link.limit.limit()).unwrap_or(0);
                 NodeView {
@@ -484,7 +486,7 @@ impl NodeAdmin {
     ) -> Result<(), AdminError> {
         let address = NodeAddress::parse(addr)?;
         let mine = address.resolve().await;
-        for other in self.store.list_nodes().await? {
+        for other in self.store().list_nodes().await? {
             if other.address == addr {
                 continue;
             }
@@ -518,9 +520,9 @@ impl NodeAdmin {
     {
         let busy = AdminError::Busy(addr.to_owned());
         let this = self.clone();
-        self.detached
+        self.detached()
             .under_node_lock(
-                self.store.clone(),
+                self.store().clone(),
                 addr.to_owned(),
                 LOCK_WAIT,
                 || busy,

@@ -19,12 +19,7 @@ use crate::store::{NodeState, SessionStore, StateChange, StoreError};
 
 #[derive(Clone)]
 pub struct NodeRegistry {
-    store: SessionStore,
-    archive: Archive,
-    table: Arc<NodeTable>,
-    client: NodeClient,
     cleaner: NodeCleaner,
-    detached: Detached,
     refreshes: Arc<Refreshes>,
 }
 
@@ -42,27 +37,36 @@ struct Refreshes {
 }
 
 impl NodeRegistry {
-    pub fn new(
-        store: SessionStore,
-        archive: Archive,
-        table: Arc<NodeTable>,
-        client: NodeClient,
-        cleaner: NodeCleaner,
-        detached: Detached,
-    ) -> Self {
+    /// The registry's operations go through `cleaner`'s handles.
+    pub fn new(cleaner: NodeCleaner) -> Self {
         Self {
-            store,
-            archive,
-            table,
-            client,
             cleaner,
-            detached,
             refreshes: Arc::default(),
         }
     }
 
     pub fn table(&self) -> &Arc<NodeTable> {
-        &self.table
+        self.cleaner.table()
+    }
+
+    pub fn store(&self) -> &SessionStore {
+        self.cleaner.store()
+    }
+
+    pub fn archive(&self) -> &Archive {
+        self.cleaner.archive()
+    }
+
+    pub fn client(&self) -> &NodeClient {
+        self.cleaner.client()
+    }
+
+    pub fn cleaner(&self) -> &NodeCleaner {
+        &self.cleaner
+    }
+
+    pub fn detached(&self) -> &Detached {
+        self.cleaner.detached()
     }
 
     /// How many times this replica has read the registry to reload its view.
@@ -84,11 +88,11 @@ impl NodeRegistry {
             return Ok(());
         }
         self.refreshes.started.fetch_add(1, Ordering::AcqRel);
-        let records = self.store.list_nodes().await;
+        let records = self.store().list_nodes().await;
         self.refreshes
             .last_ok
             .store(records.is_ok(), Ordering::Release);
-        self.table.sync(&records?);
+        self.table().sync(&records?);
         Ok(())
     }
 
@@ -96,7 +100,7 @@ impl NodeRegistry {
     pub async fn mark_down(&self, entry: &NodeEntry, actor: Actor, reason: &str) {
         entry.set_state(NodeState::Down);
         let change = self
-            .store
+            .store()
             .set_node_state(
                 &entry.address,
                 NodeState::Down,
@@ -117,7 +121,7 @@ impl NodeRegistry {
         actor: Actor,
         reason: &str,
     ) -> bool {
-        let change = self.store.mark_down_unless_last(&entry.address).await;
+        let change = self.store().mark_down_unless_last(&entry.address).await;
         if let Ok(StateChange::LastUp) = change {
             warn!(node = %entry.address, %reason, "only timeouts speak against the last up node: it stays up");
             return false;
@@ -137,8 +141,8 @@ impl NodeRegistry {
         match change {
             Ok(StateChange::Changed(before)) => {
                 record_marked_down(
-                    &self.store,
-                    &self.archive,
+                    self.store(),
+                    self.archive(),
                     &entry.address,
                     actor,
                     before,
@@ -167,17 +171,17 @@ impl NodeRegistry {
     fn record_down_later(&self, entry: &NodeEntry, actor: Actor, reason: &str) {
         entry.hold_down(true);
         let (this, address, reason) = (self.clone(), entry.address.clone(), reason.to_owned());
-        let (failed, epoch) = (self.table.get(&address), entry.fence_epoch());
-        self.detached.spawn(async move {
+        let (failed, epoch) = (self.table().get(&address), entry.fence_epoch());
+        self.detached().spawn(async move {
             let mut pause = std::time::Duration::from_millis(50);
             loop {
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(std::time::Duration::from_secs(1));
-                let entry = match (this.table.get(&address), &failed) {
+                let entry = match (this.table().get(&address), &failed) {
                     (Some(now), Some(then)) if std::sync::Arc::ptr_eq(&now, then) => now,
                     _ => return, // removed (or added again) meanwhile
                 };
-                match this.store.node_epoch(&address).await {
+                match this.store().node_epoch(&address).await {
                     Ok(recorded) if recorded > epoch => {
                         entry.hold_down(false);
                         return;
@@ -186,7 +190,7 @@ impl NodeRegistry {
                     Err(_) => continue,
                 }
                 let change = this
-                    .store
+                    .store()
                     .set_node_state(
                         &address,
                         NodeState::Down,
@@ -220,7 +224,7 @@ impl NodeRegistry {
         let this = self.clone();
         let work = move |lock: NodeLock| async move {
             let addr = lock.node();
-            match this.store.get_node(addr).await? {
+            match this.store().get_node(addr).await? {
                 Some(record) if record.state == NodeState::Down => {}
                 _ => return Ok(false),
             }
@@ -232,10 +236,10 @@ impl NodeRegistry {
                 }
             };
             // It may have come back as another program: detect again.
-            let health = this.client.detect(addr).await.unwrap_or_default();
+            let health = this.client().detect(addr).await.unwrap_or_default();
             let mut offers = health.offers;
             offers.selective_clean |= wiped.selective;
-            let (state, reason) = match this.store.drain_until(addr).await? {
+            let (state, reason) = match this.store().drain_until(addr).await? {
                 Some(_) => (
                     NodeState::Draining,
                     "answered its health checks again; its counts are stale: wiped; still draining",
@@ -252,16 +256,16 @@ impl NodeRegistry {
             // Only while the node is still ours: a recovery that resumed
             // after another operation failed the node again brings nothing
             // back up (the state change below is conditioned on the lock).
-            lock.lock().check_held(&this.store).await?;
-            this.archive
+            lock.lock().check_held(this.store()).await?;
+            this.archive()
                 .set_member_recovered(addr, state.as_str(), health.instance.as_deref())
                 .await?;
-            this.store
+            this.store()
                 .set_node_notes(addr, "", health.instance.as_deref())
                 .await?;
-            this.store.set_node_offers(addr, offers).await?;
+            this.store().set_node_offers(addr, offers).await?;
             if let Some(old) = this
-                .store
+                .store()
                 .set_node_state_locked(lock.lock(), addr, state, &[NodeState::Down])
                 .await?
             {
@@ -269,7 +273,7 @@ impl NodeRegistry {
                     node = %addr, from = %old, sessions_dropped = dropped, %reason,
                     "node recovered and wiped"
                 );
-                this.archive.record(
+                this.archive().record(
                     NodeEvent::new(Actor::HealthCheck, addr, "recovered")
                         .states(Some(old.as_str()), Some(state.as_str()))
                         .sessions(dropped as i64)
@@ -279,9 +283,9 @@ impl NodeRegistry {
             this.refresh().await?;
             Ok(true)
         };
-        self.detached
+        self.detached()
             .under_node_lock(
-                self.store.clone(),
+                self.store().clone(),
                 addr.to_owned(),
                 LOCK_WAIT,
                 || busy,

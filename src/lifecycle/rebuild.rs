@@ -17,7 +17,6 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use super::cleaner::{CleanError, NodeCleaner};
-use super::detached::Detached;
 use super::fence::HEARTBEAT;
 use crate::archive::events::{Actor, NodeEvent};
 use crate::archive::{Archive, Member};
@@ -35,35 +34,35 @@ pub enum Registry {
 
 #[derive(Clone)]
 pub struct Rebuilder {
-    store: SessionStore,
-    archive: Archive,
     cleaner: NodeCleaner,
-    /// To detect what each restored node offers.
-    client: NodeClient,
-    table: Arc<NodeTable>,
-    detached: Detached,
     /// Set when a layout this release does not read stopped the replica.
     refused: Arc<std::sync::Mutex<Option<crate::store::LayoutMismatch>>>,
 }
 
 impl Rebuilder {
-    pub fn new(
-        store: SessionStore,
-        archive: Archive,
-        cleaner: NodeCleaner,
-        client: NodeClient,
-        table: Arc<NodeTable>,
-        detached: Detached,
-    ) -> Self {
+    /// The rebuild restores nodes through `cleaner` and its handles.
+    pub fn new(cleaner: NodeCleaner) -> Self {
         Self {
-            store,
-            archive,
             cleaner,
-            client,
-            table,
-            detached,
             refused: Arc::default(),
         }
+    }
+
+    fn store(&self) -> &SessionStore {
+        self.cleaner.store()
+    }
+
+    fn archive(&self) -> &Archive {
+        self.cleaner.archive()
+    }
+
+    /// To detect what each restored node offers.
+    fn client(&self) -> &NodeClient {
+        self.cleaner.client()
+    }
+
+    fn table(&self) -> &Arc<NodeTable> {
+        self.cleaner.table()
     }
 
     /// At start-up, before this replica follows fences: a fresh cluster
@@ -74,7 +73,7 @@ impl Rebuilder {
         if self.registry_complete().await? {
             return Ok(Registry::Ready);
         }
-        if self.archive.members().await?.is_empty() {
+        if self.archive().members().await?.is_empty() {
             return self.start_fresh().await;
         }
         Ok(Registry::Rebuilding)
@@ -87,10 +86,11 @@ impl Rebuilder {
             return Ok(Registry::Ready);
         }
         let this = self.clone();
-        self.detached
+        self.cleaner
+            .detached()
             .run(
                 async move {
-                    let store = this.store.clone();
+                    let store = this.store().clone();
                     let busy = || CleanError::Busy {
                         node: "registry".into(),
                     };
@@ -110,13 +110,13 @@ impl Rebuilder {
         if self.registry_complete().await? {
             return Ok(Registry::Ready); // another replica finished meanwhile
         }
-        let members = self.archive.members().await?;
+        let members = self.archive().members().await?;
         if members.is_empty() {
             return self.start_fresh().await;
         }
         // Some group forgot (or the control slot did): nothing is placed
         // from here on, anywhere, until the rebuild is done.
-        self.store.clear_registry_epoch().await?;
+        self.store().clear_registry_epoch().await?;
         warn!(
             nodes = members.len(),
             "Redis lost the registry; archiving every node's live counts before serving again"
@@ -129,7 +129,7 @@ impl Rebuilder {
         // nodes archive and forget it: dropped first, so that no press
         // reaches a node through it after the node's archive.
         let numbers: Vec<u64> = members.iter().map(|m| m.number as u64).collect();
-        self.store.wipe_groups(&numbers).await?;
+        self.store().wipe_groups(&numbers).await?;
         let restores = members.iter().map(|member| self.restore(member));
         let restored = futures::future::join_all(restores).await;
         let mut up = 0;
@@ -145,8 +145,8 @@ impl Rebuilder {
             }
         }
         let epoch = uuid::Uuid::new_v4().to_string();
-        self.store.set_group_epochs(&epoch).await?;
-        self.store.set_registry_epoch(&epoch).await?;
+        self.store().set_group_epochs(&epoch).await?;
+        self.store().set_registry_epoch(&epoch).await?;
         info!(
             nodes = members.len(),
             up, "registry rebuilt from Postgres; serving again"
@@ -156,18 +156,18 @@ impl Rebuilder {
 
     /// Whether the registry is complete, in a layout this release reads.
     async fn registry_complete(&self) -> Result<bool, CleanError> {
-        if let Layout::Unknown(mismatch) = self.store.layout().await? {
+        if let Layout::Unknown(mismatch) = self.store().layout().await? {
             return Err(mismatch.into());
         }
-        Ok(self.store.registry_complete().await?)
+        Ok(self.store().registry_complete().await?)
     }
 
     /// A cluster Postgres has never seen: remember what Redis holds (a
     /// registry of an earlier version), then declare the registry complete.
     async fn start_fresh(&self) -> Result<Registry, CleanError> {
-        for record in self.store.list_nodes().await? {
+        for record in self.store().list_nodes().await? {
             let number = self
-                .archive
+                .archive()
                 .upsert_member(&Member {
                     address: record.address.clone(),
                     name: record.name.clone(),
@@ -178,11 +178,13 @@ impl Rebuilder {
                     number: 0,
                 })
                 .await?;
-            self.store.set_node_number(&record.address, number).await?;
+            self.store()
+                .set_node_number(&record.address, number)
+                .await?;
         }
         let epoch = uuid::Uuid::new_v4().to_string();
-        self.store.set_group_epochs(&epoch).await?;
-        self.store.set_registry_epoch(&epoch).await?;
+        self.store().set_group_epochs(&epoch).await?;
+        self.store().set_registry_epoch(&epoch).await?;
         info!("registry epoch written");
         Ok(Registry::Ready)
     }
@@ -195,7 +197,7 @@ impl Rebuilder {
             node: member.address.clone(),
         };
         with_node_lock(
-            &self.store,
+            self.store(),
             &member.address,
             LOCK_WAIT,
             busy,
@@ -215,7 +217,9 @@ impl Rebuilder {
                     (true, false) => NodeState::Up,
                     (false, _) => NodeState::Down,
                 };
-                self.archive.set_member_state(&addr, state.as_str()).await?;
+                self.archive()
+                    .set_member_state(&addr, state.as_str())
+                    .await?;
                 let mut record = NodeRecord {
                     address: addr.clone(),
                     name: member.name.clone(),
@@ -230,35 +234,35 @@ impl Rebuilder {
                     epoch,
                 };
                 if answered {
-                    record.offers = self.client.detect(&addr).await.unwrap_or_default().offers;
+                    record.offers = self.client().detect(&addr).await.unwrap_or_default().offers;
                 }
-                if self.store.register_node(&record, true).await? == Some(false) {
+                if self.store().register_node(&record, true).await? == Some(false) {
                     // The control slot remembered the node (a group forgot):
                     // it starts over all the same, with nothing mapped.
-                    self.store.set_node_state(&addr, state, &[]).await?;
+                    self.store().set_node_state(&addr, state, &[]).await?;
                 }
                 // Open to new sessions as it is up (a failover of the node
                 // may have closed it in a group after the groups were wiped).
                 if state == NodeState::Up {
-                    self.store.open_to_new_sessions(&addr).await?;
+                    self.store().open_to_new_sessions(&addr).await?;
                 } else {
-                    self.store.close_to_new_sessions(&addr).await?;
+                    self.store().close_to_new_sessions(&addr).await?;
                 }
-                self.store.set_node_offers(&addr, record.offers).await?;
-                self.store.set_node_epoch(&addr, epoch).await?;
-                self.store.tally(std::slice::from_ref(&record)).await?;
+                self.store().set_node_offers(&addr, record.offers).await?;
+                self.store().set_node_epoch(&addr, epoch).await?;
+                self.store().tally(std::slice::from_ref(&record)).await?;
                 if draining {
-                    self.store
+                    self.store()
                         .set_drain_until(&addr, crate::clock::wall_ms())
                         .await?;
                 }
-                self.table.upsert(&record);
+                self.table().upsert(&record);
                 let mut event = NodeEvent::new(Actor::Rebuild, &addr, "rebuilt")
                     .states(Some(member.state.as_str()), Some(state.as_str()));
                 if let Some(reason) = &record.reason {
                     event = event.reason(reason.clone());
                 }
-                self.archive.record(event);
+                self.archive().record(event);
                 Ok(answered)
             },
         )

@@ -134,6 +134,26 @@ impl NodeCleaner {
         }
     }
 
+    pub fn store(&self) -> &SessionStore {
+        &self.store
+    }
+
+    pub fn archive(&self) -> &Archive {
+        &self.archive
+    }
+
+    pub fn client(&self) -> &NodeClient {
+        &self.client
+    }
+
+    pub fn table(&self) -> &Arc<NodeTable> {
+        &self.table
+    }
+
+    pub fn detached(&self) -> &Detached {
+        &self.detached
+    }
+
     /// Runs `op` under the node's lock, in a task of its own.
     async fn locked<T, F, Fut>(&self, addr: &str, wait: Duration, op: F) -> Result<T, CleanError>
     where
