@@ -180,13 +180,7 @@ impl NodeAdmin {
         weight: Option<u32>,
         actor: Actor,
     ) -> Result<(NodeRecord, Outcome), AdminError> {
-        let address = NodeAddress::parse(address)?;
-        if weight.is_some_and(|w| w == 0 || w > MAX_WEIGHT) {
-            return Err(AdminError::Weight);
-        }
-        if name.is_some_and(|n| n.is_empty() || n.len() > 255 || n.chars().any(char::is_control)) {
-            return Err(AdminError::Name);
-        }
+        let address = validate(address, name, weight)?;
         let requested_weight = weight;
         if let Some(existing) = self.store().get_node(address.as_str()).await? {
             return self.re_add(existing, requested_weight, actor).await;
@@ -198,38 +192,7 @@ impl NodeAdmin {
             if let Some(existing) = this.store().get_node(&addr).await? {
                 return this.re_add(existing, requested_weight, actor).await;
             }
-            // One node, one registration (design.md §4.13): refused before
-            // anything is sent that would change the node.
-            let health = this.client().first_check(&addr).await;
-            this.refuse_alias(&addr, health.as_ref().ok()).await?;
-            // The wipe's token is the node's first fencing epoch; whatever
-            // an earlier life of this node may still archive (under older
-            // tokens) is fenced out before it counts for us again.
-            let token = this.archive().wipe_token().await?;
-            lock.lock().check_held(this.store()).await?;
-            this.archive().fence_failed_node(&addr, token).await?;
-            let (state, health, reason) = match health {
-                Ok(mut health) => match this.client().wipe(&addr, Some(token)).await {
-                    Ok(selective) => {
-                        health.offers.selective_clean |= selective;
-                        info!(node = %addr, reason = "new registration: counts from an earlier life would be wrong for us", "node wiped");
-                        (NodeState::Up, health, None)
-                    }
-                    Err(error) => (
-                        NodeState::Down,
-                        health,
-                        Some(format!("could not be wiped: {error}")),
-                    ),
-                },
-                Err(error) => (
-                    NodeState::Down,
-                    NodeHealth::default(),
-                    Some(format!("did not answer its first health check: {error}")),
-                ),
-            };
-            if let Some(reason) = &reason {
-                warn!(node = %addr, %reason, "new node registered down");
-            }
+            let (state, health, reason, token) = this.first_contact(&lock).await?;
             // The admin's name, else the node's own, else host:port.
             let name = name.or(health.name).unwrap_or(host_port);
             let mut record = NodeRecord {
@@ -281,6 +244,48 @@ impl NodeAdmin {
             Ok((record, Outcome::Added))
         })
         .await
+    }
+
+    /// A new node's first contact, under its lock: its health check, the
+    /// alias check (one node, one registration: design.md §4.13, refused
+    /// before anything is sent that would change the node), and its wipe
+    /// under a fresh token. Returns the state it is registered in, what it
+    /// said of itself, why it is down (if it is) and the token, its first
+    /// fencing epoch: whatever an earlier life of the node may still
+    /// archive under older tokens is fenced out before it counts again.
+    async fn first_contact(
+        &self,
+        lock: &NodeLock,
+    ) -> Result<(NodeState, NodeHealth, Option<String>, i64), AdminError> {
+        let addr = lock.node();
+        let health = self.client().first_check(addr).await;
+        self.refuse_alias(addr, health.as_ref().ok()).await?;
+        let token = self.archive().wipe_token().await?;
+        lock.lock().check_held(self.store()).await?;
+        self.archive().fence_failed_node(addr, token).await?;
+        let (state, health, reason) = match health {
+            Ok(mut health) => match self.client().wipe(addr, Some(token)).await {
+                Ok(selective) => {
+                    health.offers.selective_clean |= selective;
+                    info!(node = %addr, reason = "new registration: counts from an earlier life would be wrong for us", "node wiped");
+                    (NodeState::Up, health, None)
+                }
+                Err(error) => (
+                    NodeState::Down,
+                    health,
+                    Some(format!("could not be wiped: {error}")),
+                ),
+            },
+            Err(error) => (
+                NodeState::Down,
+                NodeHealth::default(),
+                Some(format!("did not answer its first health check: {error}")),
+            ),
+        };
+        if let Some(reason) = &reason {
+            warn!(node = %addr, %reason, "new node registered down");
+        }
+        Ok((state, health, reason, token))
     }
 
     /// Adding a known node changes nothing but its weight, when one is given:
@@ -531,4 +536,20 @@ impl NodeAdmin {
             )
             .await
     }
+}
+
+/// An add's address, name and weight, checked before anything is asked.
+fn validate(
+    address: &str,
+    name: Option<&str>,
+    weight: Option<u32>,
+) -> Result<NodeAddress, AdminError> {
+    let address = NodeAddress::parse(address)?;
+    if weight.is_some_and(|w| w == 0 || w > MAX_WEIGHT) {
+        return Err(AdminError::Weight);
+    }
+    if name.is_some_and(|n| n.is_empty() || n.len() > 255 || n.chars().any(char::is_control)) {
+        return Err(AdminError::Name);
+    }
+    Ok(address)
 }
