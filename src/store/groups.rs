@@ -15,14 +15,9 @@ use std::collections::HashMap;
 
 use redis::AsyncCommands;
 
-use super::routes::{owner, slot_of_tag, Primary};
+use super::fanout::GROUPS;
 use super::walk::{ListWalk, Next, FIRST_CHUNK};
 use super::{Context, NodeRecord, SessionStore, StoreResult};
-
-/// How many groups sessions are spread over: enough to spread over the
-/// primaries of any cluster we plan for (see docs/capacity.md),
-/// few enough that walking them all is one quick round of requests.
-pub const GROUPS: usize = 256;
 
 /// The most sessions one walk of a group's list returns: a
 /// burst that ends more at once is swept over several sweeps, and no
@@ -75,11 +70,6 @@ fn from_value<T: redis::FromRedisValue>(value: redis::Value) -> StoreResult<T> {
         .context(EXPIRING)
 }
 
-/// Every group's name, `00` to `ff`.
-fn all_groups() -> impl Iterator<Item = String> {
-    (0..GROUPS).map(|group| format!("{group:02x}"))
-}
-
 /// `ids` sorted into their groups (order kept within a group).
 pub(super) fn by_group<T>(
     items: impl IntoIterator<Item = T>,
@@ -117,132 +107,6 @@ impl SessionStore {
             .hget(self.key(&["node_numbers"]), address)
             .await
             .context("reading a node's number from Redis")
-    }
-
-    /// The commands `build` adds for each group, run in as few round
-    /// trips as the server allows: one pipeline for all groups on a single
-    /// Redis; on a cluster (a pipeline must stay in one slot) one per
-    /// group, all at once. Returns each group's replies, group by group.
-    async fn query_groups<T: redis::FromRedisValue>(
-        &self,
-        context: &'static str,
-        build: impl Fn(&str, &mut redis::Pipeline),
-    ) -> StoreResult<Vec<Vec<T>>> {
-        if !self.cluster {
-            let mut pipe = redis::pipe();
-            let mut sizes = Vec::with_capacity(GROUPS);
-            for group in all_groups() {
-                let before = pipe.len();
-                build(&group, &mut pipe);
-                sizes.push(pipe.len() - before);
-            }
-            let mut replies: std::collections::VecDeque<T> = pipe
-                .query_async::<Vec<T>>(&mut self.conn())
-                .await
-                .context(context)?
-                .into();
-            return Ok(sizes
-                .into_iter()
-                .map(|size| replies.drain(..size.min(replies.len())).collect())
-                .collect());
-        }
-        if let Some(replies) = self.query_groups_by_primary(&build).await {
-            return Ok(replies);
-        }
-        let queries = all_groups().map(|group| {
-            let mut pipe = redis::pipe();
-            build(&group, &mut pipe);
-            async move {
-                if pipe.is_empty() {
-                    return Ok(Vec::new());
-                }
-                pipe.query_async::<Vec<T>>(&mut self.conn())
-                    .await
-                    .context(context)
-            }
-        });
-        futures::future::join_all(queries)
-            .await
-            .into_iter()
-            .collect()
-    }
-
-    /// [`query_groups`](Self::query_groups) on a cluster whose routes are
-    /// known: one pipeline per primary. `None` if the routes are unknown
-    /// or stale (a slot moved: a reply is a redirection), after which the
-    /// caller goes group by group; every walk is safe to repeat.
-    async fn query_groups_by_primary<T: redis::FromRedisValue>(
-        &self,
-        build: &impl Fn(&str, &mut redis::Pipeline),
-    ) -> Option<Vec<Vec<T>>> {
-        if self.prefix.contains('{') {
-            return None; // the prefix's tag puts every key in one slot
-        }
-        let routes = match self.routes.get() {
-            Some(routes) => routes,
-            None => {
-                let slots: redis::Value = redis::cmd("CLUSTER")
-                    .arg("SLOTS")
-                    .query_async(&mut self.conn())
-                    .await
-                    .ok()?;
-                self.routes.learn(slots).then_some(())?;
-                self.routes.get()?
-            }
-        };
-        /// One primary's pipeline and, per group in it, (group, commands).
-        type Batch = (redis::Pipeline, Vec<(usize, usize)>);
-        let mut by_primary: HashMap<&Primary, Batch> = HashMap::new();
-        for (i, group) in all_groups().enumerate() {
-            let primary = owner(&routes, slot_of_tag(&format!("s:{group}")))?;
-            let (pipe, parts) = by_primary.entry(primary).or_default();
-            let before = pipe.len();
-            build(&group, pipe);
-            parts.push((i, pipe.len() - before));
-        }
-        let calls = by_primary
-            .into_iter()
-            .map(|((host, port), (pipe, parts))| async move {
-                // A primary none of whose groups has a command this round
-                // (the walk's later rounds read only some lists): nothing
-                // to send, and the client refuses an empty pipeline, which
-                // would read as stale routes.
-                if pipe.is_empty() {
-                    return (parts, Some(Ok(Vec::new())));
-                }
-                let replies = self.conn().to_primary(pipe, host.clone(), *port).await;
-                (parts, replies)
-            });
-        let mut replies: Vec<Vec<T>> = (0..GROUPS).map(|_| Vec::new()).collect();
-        let mut stale = false;
-        for (parts, answer) in futures::future::join_all(calls).await {
-            let Some(Ok(values)) = answer else {
-                stale = true;
-                continue;
-            };
-            let mut values = values.into_iter();
-            for (i, size) in parts {
-                let group: Vec<redis::Value> = values.by_ref().take(size).collect();
-                stale |= group.len() < size;
-                for value in group {
-                    // A redirection (or any error) read as a plain value:
-                    // the walk goes group by group, through the client.
-                    if matches!(value, redis::Value::ServerError(_)) {
-                        stale = true;
-                        continue;
-                    }
-                    match redis::from_redis_value(value) {
-                        Ok(reply) => replies[i].push(reply),
-                        Err(_) => stale = true,
-                    }
-                }
-            }
-        }
-        if stale {
-            self.routes.forget();
-            return None;
-        }
-        Some(replies)
     }
 
     /// The sessions on `address` whose life ends at or before `by_ms`, at
@@ -482,67 +346,6 @@ impl SessionStore {
         Ok(())
     }
 
-    /// Closes a node to new sessions in every group, on a cluster, before
-    /// its sessions are read to be moved off it: a replica chooses from a
-    /// view that may be a moment old (view.rs), and from here on its claim
-    /// refuses the node (claim.lua), so no session is mapped to it behind
-    /// that read. A removed node stays closed (its number is never given
-    /// again), so a late view's claim cannot map to it either.
-    pub async fn close_to_new_sessions(&self, address: &str) -> StoreResult<()> {
-        self.set_closed(address, true).await
-    }
-
-    /// Opens a node that came up again to new sessions in every group.
-    pub async fn open_to_new_sessions(&self, address: &str) -> StoreResult<()> {
-        self.set_closed(address, false).await
-    }
-
-    async fn set_closed(&self, address: &str, closed: bool) -> StoreResult<()> {
-        let Some(number) = self.cluster_number(address).await? else {
-            return Ok(());
-        };
-        let context = match closed {
-            true => "closing a node to new sessions in Redis",
-            false => "opening a node to new sessions in Redis",
-        };
-        self.query_groups::<redis::Value>(context, |group, pipe| {
-            let key = self.group_key(group, &["closed"]);
-            match closed {
-                true => pipe.sadd(key, number),
-                false => pipe.srem(key, number),
-            };
-        })
-        .await?;
-        Ok(())
-    }
-
-    /// The numbers of the nodes closed to new sessions in any group (on a
-    /// cluster; none on a single Redis), for the sweep to find a node up
-    /// but still closed: an opening that failed or came late.
-    pub async fn closed_numbers(&self) -> StoreResult<std::collections::HashSet<u64>> {
-        if !self.cluster {
-            return Ok(Default::default());
-        }
-        let closed: Vec<Vec<Vec<u64>>> = self
-            .query_groups(
-                "reading the nodes closed to new sessions in Redis",
-                |group, pipe| {
-                    pipe.smembers(self.group_key(group, &["closed"]));
-                },
-            )
-            .await?;
-        Ok(closed.into_iter().flatten().flatten().collect())
-    }
-
-    /// A node's number where groups close nodes: on a cluster only (a
-    /// single Redis checks `placeable` in the placement itself).
-    async fn cluster_number(&self, address: &str) -> StoreResult<Option<u64>> {
-        if !self.cluster {
-            return Ok(None);
-        }
-        self.node_number(address).await
-    }
-
     /// Deletes a removed node's indexes (they are empty once its sessions
     /// were unmapped; anything left would never be read again).
     pub(super) async fn delete_indexes(&self, number: u64) -> StoreResult<()> {
@@ -567,12 +370,5 @@ mod tests {
         assert!(bucket.chars().all(|c| c.is_ascii_hexdigit()));
         let groups = by_group(["u1"], |id| id);
         assert_eq!(groups.keys().collect::<Vec<_>>(), [&bucket[..2]]);
-    }
-
-    #[test]
-    fn there_are_256_groups_each_named_once() {
-        let groups: std::collections::HashSet<String> = all_groups().collect();
-        assert_eq!(groups.len(), GROUPS);
-        assert!(groups.contains("00") && groups.contains("ff"));
     }
 }

@@ -37,6 +37,8 @@
 //! A `{` in the prefix itself would become the hash tag of every key: it
 //! still works, on one slot.
 
+mod closed;
+mod fanout;
 mod fences;
 pub mod groups;
 mod identity;
@@ -48,6 +50,7 @@ mod routes;
 mod sessions;
 mod target;
 mod timed;
+mod unmap;
 mod view;
 mod walk;
 
