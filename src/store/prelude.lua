@@ -2,7 +2,7 @@
 -- mappings (prepended by `with_prelude` in store/mod.rs, where the
 -- layout is described).
 
--- A session's keys, given by their places in KEYS (store/sessions.rs,
+-- A session's keys, given by their places in KEYS (store/unmap.rs,
 -- `SessionKeys`, works them out from SHA-1 of the id, as groups.rs lays
 -- them out): its mapping's bucket and its node's list in its group.
 local function session_keys(bucket_at, index_at)
