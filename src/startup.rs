@@ -22,7 +22,7 @@ use crate::nodes::press_history::PressHistory;
 use crate::nodes::{NodeAddress, NodeClient, NodeTable, Probe, Selector};
 use crate::routing::ProcessRouter;
 use crate::session::cache::MappingCache;
-use crate::session::SessionService;
+use crate::session::{PressSettings, SessionService};
 use crate::store::SessionStore;
 use crate::supervisor::Supervisor;
 
@@ -226,22 +226,16 @@ impl Application {
         let sessions = SessionService::new(
             registry.clone(),
             sweeper.clone(),
-            store.clone(),
-            archive.clone(),
-            client.clone(),
             fences_followed.clone(),
             MappingCache::new(lease),
+            PressSettings::from_config(&config),
         )
         .with_placement(
             config
                 .placement
                 .strategy()
                 .map(|kind| selector(&config, kind, &table)),
-        )
-        .with_ttl(config.session_ttl())
-        .with_node_timeout(config.node_timeout())
-        .with_history(config.session_history_secs > 0)
-        .with_queue_timeout(config.node_queue_timeout());
+        );
         let process_router = ProcessRouter::new(
             selector(&config, config.strategy, &table),
             registry.clone(),

@@ -6,4 +6,4 @@ pub mod id;
 mod service;
 
 pub use id::{SessionId, SessionIdError};
-pub use service::{Busy, PressError, Pressed, SessionService};
+pub use service::{Busy, PressError, PressSettings, Pressed, SessionService};

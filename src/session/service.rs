@@ -72,10 +72,8 @@ pub struct Pressed {
 
 #[derive(Clone)]
 pub struct SessionService {
-    store: SessionStore,
-    archive: Archive,
+    /// The nodes, and through them the store, the archive and the client.
     registry: NodeRegistry,
-    client: NodeClient,
     sweeper: Sweeper,
     /// The strategy choosing nodes for new sessions; `None`: least sessions,
     /// chosen inside the placement script.
@@ -162,40 +160,54 @@ enum Attempt {
     Failed(NodeCallError, Held),
 }
 
+/// What the press flow follows from the configuration.
+#[derive(Debug, Clone)]
+pub struct PressSettings {
+    /// Sessions live this long from their first press (`SESSION_TTL_SECS`).
+    pub ttl: Duration,
+    /// A press's whole budget follows from its node's timeout.
+    pub node_timeout: Duration,
+    /// Presses wait at most this long for their node's limit.
+    pub queue_timeout: Duration,
+    /// Every placement goes to the session history (`GET /sessions/{id}`).
+    pub history: bool,
+}
+
+impl PressSettings {
+    pub fn from_config(config: &crate::config::Config) -> Self {
+        Self {
+            ttl: config.session_ttl(),
+            node_timeout: config.node_timeout(),
+            queue_timeout: config.node_queue_timeout(),
+            history: config.session_history_secs > 0,
+        }
+    }
+}
+
 /// The press budget ([`SessionService`]'s `budget`) for a node timeout.
 fn press_budget(node_timeout: Duration) -> Duration {
     node_timeout * 3 + Duration::from_secs(2)
 }
 
 impl SessionService {
-    /// With the default TTL and node timeout until
-    /// [`with_ttl`](Self::with_ttl) and
-    /// [`with_node_timeout`](Self::with_node_timeout) say otherwise.
     pub fn new(
         registry: NodeRegistry,
         sweeper: Sweeper,
-        store: SessionStore,
-        archive: Archive,
-        client: NodeClient,
         fences_followed: Arc<AtomicBool>,
         cache: MappingCache,
+        settings: PressSettings,
     ) -> Self {
         Self {
             clock: sweeper.clock().clone(),
-            store,
-            archive,
-            client,
             registry,
             sweeper,
             placement: None,
-            ttl: Duration::from_secs(crate::config::DEFAULT_SESSION_TTL_SECS),
-            budget: press_budget(Duration::from_millis(
-                crate::config::DEFAULT_NODE_TIMEOUT_MS,
-            )),
+            ttl: settings.ttl,
+            budget: press_budget(settings.node_timeout),
             fences_followed,
             cache: Arc::new(cache),
-            history: false,
-            queue_timeout: Duration::from_millis(crate::config::DEFAULT_NODE_QUEUE_TIMEOUT_MS),
+            history: settings.history,
+            queue_timeout: settings.queue_timeout,
             carried: tokio_util::task::TaskTracker::new(),
         }
     }
@@ -206,32 +218,20 @@ impl SessionService {
         self
     }
 
-    /// Sessions live `ttl` from their first press.
-    pub fn with_ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
-
-    /// A press's whole budget follows from its node's timeout.
-    pub fn with_node_timeout(mut self, node_timeout: Duration) -> Self {
-        self.budget = press_budget(node_timeout);
-        self
-    }
-
-    /// Presses wait at most `wait` for their node's limit.
-    pub fn with_queue_timeout(mut self, wait: Duration) -> Self {
-        self.queue_timeout = wait;
-        self
-    }
-
-    /// Records every placement in the session history (`GET /sessions/{id}`).
-    pub fn with_history(mut self, on: bool) -> Self {
-        self.history = on;
-        self
-    }
-
     fn table(&self) -> &Arc<NodeTable> {
         self.registry.table()
+    }
+
+    fn store(&self) -> &SessionStore {
+        self.registry.store()
+    }
+
+    fn archive(&self) -> &Archive {
+        self.registry.archive()
+    }
+
+    fn client(&self) -> &NodeClient {
+        self.registry.client()
     }
 
     /// One press. An existing session on a live node costs one forward (and
@@ -440,19 +440,19 @@ impl SessionService {
     /// cleaner lost Redis after its fence came down) ended when its fence
     /// came down, so the node's word is recorded and learned.
     async fn learn_after_refusal(&self, entry: &NodeEntry, fence: u64) -> Result<(), PressError> {
-        let recorded = self.store.node_epoch(&entry.address).await?;
+        let recorded = self.store().node_epoch(&entry.address).await?;
         if recorded >= fence {
             self.table().learn_epoch(entry, recorded);
             return Ok(());
         }
-        if self.store.clean_in_progress(&entry.address).await? {
+        if self.store().clean_in_progress(&entry.address).await? {
             tokio::time::sleep(REFUSED_RETRY).await;
             return Ok(());
         }
         // The node knows a newer clean than Redis does: its cleaner lost
         // Redis, or Redis lost what was recorded. The latter is rebuilt, not learned.
-        self.store.confirm_identity().await?;
-        self.store.set_node_epoch(&entry.address, fence).await?;
+        self.store().confirm_identity().await?;
+        self.store().set_node_epoch(&entry.address, fence).await?;
         self.table().learn_epoch(entry, fence);
         Ok(())
     }
@@ -460,7 +460,7 @@ impl SessionService {
     /// Reads the mapping from Redis (the clean mark first) and caches it.
     async fn read(&self, id: &str) -> Result<(Option<Mapping>, u64), PressError> {
         let mark = self.table().clean_mark();
-        let mapping = self.store.lookup(id).await?;
+        let mapping = self.store().lookup(id).await?;
         match &mapping {
             Some(m) => self.cache.put(id, m, mark),
             None => self.cache.forget(id),
@@ -495,7 +495,7 @@ impl SessionService {
             return Attempt::Abandoned(held);
         }
         let epoch = entry.fences().then_some(fence_epoch);
-        let mut exchange = match self.client.press(&entry.link, id, epoch) {
+        let mut exchange = match self.client().press(&entry.link, id, epoch) {
             Ok(exchange) => exchange,
             Err(error) => return Attempt::NotTheNode(error),
         };
@@ -503,7 +503,7 @@ impl SessionService {
         let result = tokio::select! {
             result = &mut exchange => result,
             _ = down => return Attempt::Abandoned(held),
-            _ = tokio::time::sleep(self.client.timeout()) => Err(NodeCallError::Timeout),
+            _ = tokio::time::sleep(self.client().timeout()) => Err(NodeCallError::Timeout),
         };
         let error = match result {
             Ok(count) => {
@@ -568,7 +568,7 @@ impl SessionService {
     /// node is marked down whether it answers others or not, and the last
     /// up node's gate opens (its connection is dropped), with a warning.
     fn carry_on(&self, entry: Arc<NodeEntry>, mut exchange: Exchange, held: Held) {
-        let (registry, patience) = (self.registry.clone(), self.client.timeout());
+        let (registry, patience) = (self.registry.clone(), self.client().timeout());
         let mut looked_at = crate::clock::mono_ms();
         self.carried.spawn(async move {
             let down = entry.declared_down();
@@ -649,7 +649,7 @@ impl SessionService {
         else {
             return Err(PressError::Deadline);
         };
-        match self.store.lookup(id).await? {
+        match self.store().lookup(id).await? {
             Some(m) if m.node == entry.address => {}
             _ => return Ok(()),
         }
@@ -675,7 +675,7 @@ impl SessionService {
         after_failover: bool,
     ) -> Result<Mapping, PressError> {
         let mark = self.table().clean_mark();
-        let base = self.archive.fold_one(id).await?;
+        let base = self.archive().fold_one(id).await?;
         let expires_at_ms = self.clock.now_ms() + self.ttl.as_millis() as i64;
         // The strategy's choice is a preference: the script still places
         // atomically, and falls back to least sessions if it went down.
@@ -685,7 +685,7 @@ impl SessionService {
             .and_then(|s| s.pick(id.as_bytes()))
             .map(|p| p.into_node());
         match self
-            .store
+            .store()
             .place(id, base, expires_at_ms, stale_node, preferred.as_deref())
             .await?
         {
@@ -699,7 +699,7 @@ impl SessionService {
                             (false, 0) => Cause::New,
                             (false, _) => Cause::Restored,
                         };
-                        self.archive
+                        self.archive()
                             .record_placement(id, &placement.mapping.node, base, cause);
                     }
                 }
