@@ -12,6 +12,7 @@ use http::{header, Method, Request};
 use http_body_util::Full;
 use serde_json::Value;
 
+use crate::nodes::client::TlsError;
 use crate::nodes::{NodeCallError, NodeClient};
 
 #[derive(Debug, Parser)]
@@ -85,6 +86,8 @@ pub enum CliError {
     },
     #[error("--url {0:?} is not a URL")]
     Url(String),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     /// The balancer's own error, as it said it.
     #[error("{status}: {message}")]
     Refused { status: u16, message: String },
@@ -111,11 +114,7 @@ impl AdminCli {
             .map_err(|_| CliError::Url(self.url.clone()))?;
         // The same client the balancer talks to its nodes with (TLS with
         // the Mozilla roots included); 30 s, as a removal may take a while.
-        let client = NodeClient::new(Duration::from_secs(30), Duration::from_secs(5), None)
-            .map_err(|e| CliError::Unreachable {
-                url: self.url.clone(),
-                source: NodeCallError::Request(e.to_string()),
-            })?;
+        let client = NodeClient::new(Duration::from_secs(30), Duration::from_secs(5), None)?;
         let answer = client
             .call(request)
             .await
