@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use nodes_control::store::SessionStore;
+use nodes_control::store::Sessions;
 use nodes_control::{Application, Config};
 
 fn env_or(name: &str, default: usize) -> usize {
@@ -178,7 +178,7 @@ async fn main() {
     let memory_before = servers.sum("used_memory").await;
 
     // Place every session through the real placement script.
-    let store: Arc<SessionStore> = Arc::new(ctx.store.clone());
+    let store: Arc<Sessions> = Arc::new(ctx.store.sessions.clone());
     let now = nodes_control_now();
     let started = Instant::now();
     futures::stream::iter(0..live + expired)

@@ -23,7 +23,7 @@ use crate::nodes::{NodeAddress, NodeClient, NodeTable, Probe, Selector};
 use crate::routing::ProcessRouter;
 use crate::session::cache::MappingCache;
 use crate::session::{PressSettings, SessionService};
-use crate::store::SessionStore;
+use crate::store::Store;
 use crate::supervisor::Supervisor;
 
 pub struct Application {
@@ -77,8 +77,8 @@ fn admin_token(config: &Config) -> anyhow::Result<String> {
 
 /// Redis (lazily: the balancer starts while it is away) and Postgres, its
 /// database made ready and migrated.
-async fn connect(config: &Config) -> anyhow::Result<(SessionStore, Archive)> {
-    let store = SessionStore::connect(&config.redis_url, &config.redis_key_prefix)?;
+async fn connect(config: &Config) -> anyhow::Result<(Store, Archive)> {
+    let store = Store::connect(&config.redis_url, &config.redis_key_prefix)?;
     let archive = Archive::connect_lazy(
         &config.database_url,
         &config.redis_key_prefix,
@@ -120,7 +120,7 @@ fn node_client(config: &Config) -> anyhow::Result<NodeClient> {
 /// share the fence events (raises, lowers, acks wake the waiting cleans).
 fn cleaner_and_fences(
     config: &Config,
-    store: &SessionStore,
+    store: &Store,
     archive: &Archive,
     client: &NodeClient,
     table: &Arc<NodeTable>,
@@ -139,7 +139,7 @@ fn cleaner_and_fences(
         config.node_timeout() + config.lease(),
         events.clone(),
     );
-    let fences = FenceWatcher::new(store.clone(), table.clone(), events, lease.clone());
+    let fences = FenceWatcher::new(store, table.clone(), events, lease.clone());
     (cleaner, fences)
 }
 
@@ -211,7 +211,6 @@ impl Application {
         );
         archive.set_replica(fences.replica_id());
         let sweeper = Sweeper::new(
-            store.clone(),
             cleaner.clone(),
             config.node_timeout(),
             config.session_ttl(),

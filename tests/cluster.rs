@@ -19,7 +19,7 @@ use common::workload::{assert_counts_exact, press_for, Answers};
 use common::{spawn_app_with, start_nodes, test_config, unique};
 use loopback::LoopbackCluster;
 
-/// The hash tag of a session's group (store/groups.rs): `s:` and the first
+/// The hash tag of a session's group (store/sessions/groups.rs): `s:` and the first
 /// two hex digits of SHA-1(id).
 fn group_tag(session: &str) -> String {
     let digest = sha1_smol::Sha1::from(session).digest().to_string();

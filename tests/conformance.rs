@@ -497,7 +497,7 @@ async fn a_clean_waits_for_a_press_the_node_answers_late() {
     let store = &app.ctx.store;
     let (seen_at, seq) =
         testkit::eventually(Duration::from_secs(10), "the clean's fence", || async {
-            let (now, fences) = store.fences_now().await.unwrap();
+            let (now, fences) = store.fences.fences_now().await.unwrap();
             let fence = fences.iter().find(|(n, _)| *n == node.address);
             fence.map(|(_, f)| (now, f.seq)).ok_or(fences.len())
         })
@@ -505,7 +505,11 @@ async fn a_clean_waits_for_a_press_the_node_answers_late() {
     // Two heartbeats of this test's one replica since: the poll after the
     // first read the fence and set about closing the gate, which acks at
     // once unless a press holds it.
-    let replica = store.live_replicas(Duration::from_secs(5)).await.unwrap();
+    let replica = store
+        .replicas
+        .live_replicas(Duration::from_secs(5))
+        .await
+        .unwrap();
     let replica = replica.first().expect("the replica heartbeats").clone();
     for beat in 1..=2 {
         let after = if beat == 1 {
@@ -519,7 +523,7 @@ async fn a_clean_waits_for_a_press_the_node_answers_late() {
         })
         .await;
     }
-    let acks = store.fence_acks(&node.address, seq).await.unwrap();
+    let acks = store.fences.fence_acks(&node.address, seq).await.unwrap();
     assert!(
         !acks.contains(&replica) && !sweep.is_finished(),
         "the clean did not wait for the press at the stopped node"
@@ -541,12 +545,12 @@ async fn a_clean_waits_for_a_press_the_node_answers_late() {
 }
 
 /// When `replica` last heartbeat, on Redis's clock (ms).
-async fn heartbeat(store: &nodes_control::store::SessionStore, replica: &str) -> i64 {
+async fn heartbeat(store: &nodes_control::store::Store, replica: &str) -> i64 {
     for server in testkit::redis_servers() {
         let client = redis::Client::open(server).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
         if let Ok(score) = redis::cmd("ZSCORE")
-            .arg(store.key(&["replicas"]))
+            .arg(store.core().key(&["replicas"]))
             .arg(replica)
             .query_async::<Option<f64>>(&mut conn)
             .await

@@ -463,7 +463,7 @@ async fn a_client_that_resets_mid_clean_leaves_no_fence_or_lock_behind() {
     let store = &app.ctx.store;
     let node_of = |id: &String| {
         let id = id.clone();
-        async move { store.lookup(&id).await.unwrap().unwrap().node }
+        async move { store.sessions.lookup(&id).await.unwrap().unwrap().node }
     };
     let first_node = node_of(&ids[0]).await;
     let mut other = None;
@@ -503,12 +503,12 @@ async fn a_client_that_resets_mid_clean_leaves_no_fence_or_lock_behind() {
         Duration::from_secs(5),
         "no fence raised, no lock held",
         || async {
-            let fences = store.fences().await.unwrap();
+            let fences = store.fences.fences().await.unwrap();
             let mut held = Vec::new();
             for node in &cluster.nodes {
                 let lock = format!("node:{}", node.address);
-                match store.try_lock(&lock, 1000).await.unwrap() {
-                    Some(token) => store.unlock(&lock, &token).await.unwrap(),
+                match store.locks.try_lock(&lock, 1000).await.unwrap() {
+                    Some(token) => store.locks.unlock(&lock, &token).await.unwrap(),
                     None => held.push(lock),
                 }
             }
@@ -576,7 +576,7 @@ async fn a_replica_whose_clock_is_30_s_behind_stays_live_for_the_others() {
     let config = common::test_config();
     let app = spawn_app_with(config.clone()).await;
     let silence = Duration::from_secs(5);
-    let alone = app.ctx.store.live_replicas(silence).await.unwrap();
+    let alone = app.ctx.store.replicas.live_replicas(silence).await.unwrap();
     assert_eq!(alone.len(), 1, "{alone:?}");
     let skewed = common::process::BalancerProcess::start(
         &[
@@ -606,7 +606,7 @@ async fn a_replica_whose_clock_is_30_s_behind_stays_live_for_the_others() {
     );
     // It heartbeats from its start; for three heartbeats it stays live.
     for _ in 0..3 {
-        let live = app.ctx.store.live_replicas(silence).await.unwrap();
+        let live = app.ctx.store.replicas.live_replicas(silence).await.unwrap();
         assert_eq!(live.len(), 2, "the skewed replica is not live: {live:?}");
         tokio::time::sleep(Duration::from_secs(1)).await;
     }

@@ -16,8 +16,8 @@ use crate::nodes::address::{AddressError, NodeAddress};
 use crate::nodes::client::{NodeClient, NodeHealth};
 use crate::nodes::table::NodeTable;
 use crate::nodes::Offers;
-use crate::store::lock::{NodeLock, LOCK_WAIT};
-use crate::store::{NodeRecord, NodeState, SessionStore, StoreError};
+use crate::store::{NodeLock, LOCK_WAIT};
+use crate::store::{NodeRecord, NodeState, Store, StoreError};
 
 pub const MAX_WEIGHT: u32 = 1000;
 
@@ -133,7 +133,7 @@ impl NodeAdmin {
         &self.registry
     }
 
-    fn store(&self) -> &SessionStore {
+    fn store(&self) -> &Store {
         self.registry.store()
     }
 
@@ -182,14 +182,14 @@ impl NodeAdmin {
     ) -> Result<(NodeRecord, Outcome), AdminError> {
         let address = validate(address, name, weight)?;
         let requested_weight = weight;
-        if let Some(existing) = self.store().get_node(address.as_str()).await? {
+        if let Some(existing) = self.store().nodes.get_node(address.as_str()).await? {
             return self.re_add(existing, requested_weight, actor).await;
         }
         let name = name.map(str::to_owned);
         let host_port = address.host_port();
         self.with_node_lock(address.as_str(), move |this, lock| async move {
             let addr = lock.node().to_owned();
-            if let Some(existing) = this.store().get_node(&addr).await? {
+            if let Some(existing) = this.store().nodes.get_node(&addr).await? {
                 return this.re_add(existing, requested_weight, actor).await;
             }
             let (state, health, reason, token) = this.first_contact(&lock).await?;
@@ -220,15 +220,15 @@ impl NodeAdmin {
                     number: 0,
                 })
                 .await?;
-            if this.store().register_node(&record, false).await?.is_none() {
+            if this.store().nodes.register_node(&record, false).await?.is_none() {
                 return Err(AdminError::Rebuilding);
             }
             if state == NodeState::Up {
                 // A number is new unless Postgres kept the address's row
                 // (a removal that could not forget it), closed since.
-                this.store().open_to_new_sessions(&addr).await?;
+                this.store().sessions.open_to_new_sessions(&addr).await?;
             }
-            this.store().set_node_offers(&addr, record.offers).await?;
+            this.store().nodes.set_node_offers(&addr, record.offers).await?;
             this.table().upsert(&record);
             // A node that did not answer is detected when it recovers.
             let reason = match &record.reason {
@@ -261,7 +261,7 @@ impl NodeAdmin {
         let health = self.client().first_check(addr).await;
         self.refuse_alias(addr, health.as_ref().ok()).await?;
         let token = self.archive().wipe_token().await?;
-        lock.lock().check_held(self.store()).await?;
+        lock.lock().check_held(&self.store().locks).await?;
         self.archive().fence_failed_node(addr, token).await?;
         let (state, health, reason) = match health {
             Ok(mut health) => match self.client().wipe(addr, Some(token)).await {
@@ -302,6 +302,7 @@ impl NodeAdmin {
                 .set_member_weight(&existing.address, weight)
                 .await?;
             self.store()
+                .nodes
                 .set_node_weight(&existing.address, weight)
                 .await?;
             info!(node = %existing.address, from = existing.weight, to = weight, "node re-weighted");
@@ -339,6 +340,7 @@ impl NodeAdmin {
             let addr = lock.node();
             let record = this
                 .store()
+                .nodes
                 .get_node(addr)
                 .await?
                 .ok_or_else(|| AdminError::UnknownNode(addr.to_owned()))?;
@@ -347,8 +349,12 @@ impl NodeAdmin {
             }
             let deadline_ms = crate::clock::wall_ms() + deadline.as_millis() as i64;
             this.archive().set_member_draining(addr).await?;
-            this.store().set_drain_until(addr, deadline_ms).await?;
             this.store()
+                .nodes
+                .set_drain_until(addr, deadline_ms)
+                .await?;
+            this.store()
+                .nodes
                 .set_node_state(
                     addr,
                     NodeState::Draining,
@@ -382,11 +388,11 @@ impl NodeAdmin {
     /// it; the node lock makes one of them do each removal.
     pub async fn finish_drains(&self) -> Result<Vec<String>, AdminError> {
         let mut removed = Vec::new();
-        for record in self.store().list_nodes().await? {
+        for record in self.store().nodes.list_nodes().await? {
             if record.state != NodeState::Draining {
                 continue;
             }
-            let Some(until) = self.store().drain_until(&record.address).await? else {
+            let Some(until) = self.store().nodes.drain_until(&record.address).await? else {
                 continue; // a removal's own draining: it finishes by itself
             };
             let reason = if record.active_sessions <= 0 {
@@ -425,11 +431,11 @@ impl NodeAdmin {
             let addr = lock.node();
             let record = this
                 .store()
-                .get_node(addr)
+                .nodes.get_node(addr)
                 .await?
                 .ok_or_else(|| AdminError::UnknownNode(addr.to_owned()))?;
             if record.state != NodeState::Down {
-                this.store().set_node_state(addr, NodeState::Draining, &[]).await?;
+                this.store().nodes.set_node_state(addr, NodeState::Draining, &[]).await?;
                 this.table().upsert(&NodeRecord {
                     state: NodeState::Draining,
                     ..record.clone()
@@ -458,7 +464,7 @@ impl NodeAdmin {
     }
 
     pub async fn list(&self) -> Result<Vec<NodeView>, AdminError> {
-        let records = self.store().list_nodes().await?;
+        let records = self.store().nodes.list_nodes().await?;
         self.table().sync(&records);
         Ok(records
             .into_iter()
@@ -491,7 +497,7 @@ impl NodeAdmin {
     ) -> Result<(), AdminError> {
         let address = NodeAddress::parse(addr)?;
         let mine = address.resolve().await;
-        for other in self.store().list_nodes().await? {
+        for other in self.store().nodes.list_nodes().await? {
             if other.address == addr {
                 continue;
             }
@@ -527,7 +533,7 @@ impl NodeAdmin {
         let this = self.clone();
         self.detached()
             .under_node_lock(
-                self.store().clone(),
+                self.store().locks.clone(),
                 addr.to_owned(),
                 LOCK_WAIT,
                 || busy,

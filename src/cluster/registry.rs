@@ -14,8 +14,8 @@ use crate::lifecycle::down::record_marked_down;
 use crate::lifecycle::{CleanError, NodeCleaner};
 use crate::nodes::client::NodeClient;
 use crate::nodes::table::{NodeEntry, NodeTable};
-use crate::store::lock::{NodeLock, LOCK_WAIT};
-use crate::store::{NodeState, SessionStore, StateChange, StoreError};
+use crate::store::{NodeLock, LOCK_WAIT};
+use crate::store::{NodeState, StateChange, Store, StoreError};
 
 #[derive(Clone)]
 pub struct NodeRegistry {
@@ -49,7 +49,7 @@ impl NodeRegistry {
         self.cleaner.table()
     }
 
-    pub fn store(&self) -> &SessionStore {
+    pub fn store(&self) -> &Store {
         self.cleaner.store()
     }
 
@@ -88,7 +88,7 @@ impl NodeRegistry {
             return Ok(());
         }
         self.refreshes.started.fetch_add(1, Ordering::AcqRel);
-        let records = self.store().list_nodes().await;
+        let records = self.store().nodes.list_nodes().await;
         self.refreshes
             .last_ok
             .store(records.is_ok(), Ordering::Release);
@@ -101,6 +101,7 @@ impl NodeRegistry {
         entry.set_state(NodeState::Down);
         let change = self
             .store()
+            .nodes
             .set_node_state(
                 &entry.address,
                 NodeState::Down,
@@ -121,7 +122,11 @@ impl NodeRegistry {
         actor: Actor,
         reason: &str,
     ) -> bool {
-        let change = self.store().mark_down_unless_last(&entry.address).await;
+        let change = self
+            .store()
+            .nodes
+            .mark_down_unless_last(&entry.address)
+            .await;
         if let Ok(StateChange::LastUp) = change {
             warn!(node = %entry.address, %reason, "only timeouts speak against the last up node: it stays up");
             return false;
@@ -141,7 +146,7 @@ impl NodeRegistry {
         match change {
             Ok(StateChange::Changed(before)) => {
                 record_marked_down(
-                    self.store(),
+                    &self.store().nodes,
                     self.archive(),
                     &entry.address,
                     actor,
@@ -181,7 +186,7 @@ impl NodeRegistry {
                     (Some(now), Some(then)) if std::sync::Arc::ptr_eq(&now, then) => now,
                     _ => return, // removed (or added again) meanwhile
                 };
-                match this.store().node_epoch(&address).await {
+                match this.store().nodes.node_epoch(&address).await {
                     Ok(recorded) if recorded > epoch => {
                         entry.hold_down(false);
                         return;
@@ -191,6 +196,7 @@ impl NodeRegistry {
                 }
                 let change = this
                     .store()
+                    .nodes
                     .set_node_state(
                         &address,
                         NodeState::Down,
@@ -224,7 +230,7 @@ impl NodeRegistry {
         let this = self.clone();
         let work = move |lock: NodeLock| async move {
             let addr = lock.node();
-            match this.store().get_node(addr).await? {
+            match this.store().nodes.get_node(addr).await? {
                 Some(record) if record.state == NodeState::Down => {}
                 _ => return Ok(false),
             }
@@ -239,7 +245,7 @@ impl NodeRegistry {
             let health = this.client().detect(addr).await.unwrap_or_default();
             let mut offers = health.offers;
             offers.selective_clean |= wiped.selective;
-            let (state, reason) = match this.store().drain_until(addr).await? {
+            let (state, reason) = match this.store().nodes.drain_until(addr).await? {
                 Some(_) => (
                     NodeState::Draining,
                     "answered its health checks again; its counts are stale: wiped; still draining",
@@ -256,16 +262,18 @@ impl NodeRegistry {
             // Only while the node is still ours: a recovery that resumed
             // after another operation failed the node again brings nothing
             // back up (the state change below is conditioned on the lock).
-            lock.lock().check_held(this.store()).await?;
+            lock.lock().check_held(&this.store().locks).await?;
             this.archive()
                 .set_member_recovered(addr, state.as_str(), health.instance.as_deref())
                 .await?;
             this.store()
+                .nodes
                 .set_node_notes(addr, "", health.instance.as_deref())
                 .await?;
-            this.store().set_node_offers(addr, offers).await?;
+            this.store().nodes.set_node_offers(addr, offers).await?;
             if let Some(old) = this
                 .store()
+                .nodes
                 .set_node_state_locked(lock.lock(), addr, state, &[NodeState::Down])
                 .await?
             {
@@ -285,7 +293,7 @@ impl NodeRegistry {
         };
         self.detached()
             .under_node_lock(
-                self.store().clone(),
+                self.store().locks.clone(),
                 addr.to_owned(),
                 LOCK_WAIT,
                 || busy,

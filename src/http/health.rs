@@ -71,7 +71,7 @@ pub async fn healthz() -> Json<Liveness> {
         (status = 503, description = "Not ready: see which part", body = Readiness),
     ))]
 pub async fn readyz(State(ctx): State<ApiContext>) -> (StatusCode, Json<Readiness>) {
-    let (registry, postgres) = tokio::join!(ctx.store.registry_epoch(), ctx.archive.ping());
+    let (registry, postgres) = tokio::join!(ctx.store.nodes.registry_epoch(), ctx.archive.ping());
     let redis = registry.is_ok();
     let registry = matches!(registry, Ok(Some(_)));
     let postgres = postgres.is_ok();

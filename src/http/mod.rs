@@ -28,7 +28,7 @@ pub use press::PressMetrics;
 use crate::archive::Archive;
 use crate::cluster::NodeAdmin;
 use crate::session::SessionService;
-use crate::store::SessionStore;
+use crate::store::Store;
 
 /// Everything a handler may need. axum clones the state for every request,
 /// so it is one `Arc`: a clone is one reference count.
@@ -41,7 +41,7 @@ pub struct Services {
     /// One log line per request (`ACCESS_LOG`).
     pub access_log: bool,
     pub process_router: crate::routing::ProcessRouter,
-    pub store: SessionStore,
+    pub store: Store,
     pub archive: Archive,
     pub admin_token: String,
     /// Whether the fence watcher runs (`/readyz` is 503 while it does not).

@@ -59,7 +59,7 @@ pub async fn show(
     PathParams(id): PathParams<String>,
 ) -> Result<Json<SessionView>, ApiError> {
     let id = SessionId::parse(id)?;
-    let mapping = ctx.store.lookup(id.as_str()).await?;
+    let mapping = ctx.store.sessions.lookup(id.as_str()).await?;
     let archived = ctx.archive.total(id.as_str()).await?;
     let placements = ctx.archive.placements(id.as_str(), HISTORY).await?;
     if mapping.is_none() && archived.is_none() && placements.is_empty() {

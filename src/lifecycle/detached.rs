@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use tokio_util::task::TaskTracker;
 
-use crate::store::lock::{with_node_lock, NodeLock};
-use crate::store::{SessionStore, StoreError};
+use crate::store::{with_node_lock, NodeLock};
+use crate::store::{Locks, StoreError};
 
 /// One application's work started here that has not finished yet.
 #[derive(Clone, Default)]
@@ -59,7 +59,7 @@ impl Detached {
     /// `wait`).
     pub async fn under_node_lock<T, E, Fut>(
         &self,
-        store: SessionStore,
+        locks: Locks,
         addr: String,
         wait: Duration,
         busy: impl FnOnce() -> E + Send + 'static,
@@ -72,7 +72,7 @@ impl Detached {
         Fut: Future<Output = Result<T, E>> + Send + 'static,
     {
         self.run(
-            async move { with_node_lock(&store, &addr, wait, busy, op).await },
+            async move { with_node_lock(&locks, &addr, wait, busy, op).await },
             panicked,
         )
         .await

@@ -7,14 +7,14 @@ use tracing::warn;
 
 use crate::archive::events::{Actor, NodeEvent};
 use crate::archive::Archive;
-use crate::store::{NodeState, SessionStore};
+use crate::store::{NodeState, Nodes};
 
 /// Records that `addr` went from `before` to down for `reason`. The state
 /// itself is written by the caller, under whatever guard it holds; this
 /// runs only once that write changed it, so a node marked down twice is
 /// recorded once, with the first reason.
 pub async fn record_marked_down(
-    store: &SessionStore,
+    nodes: &Nodes,
     archive: &Archive,
     addr: &str,
     actor: Actor,
@@ -27,11 +27,11 @@ pub async fn record_marked_down(
         .states(Some(before.as_str()), Some("down"))
         .reason(reason);
     // The sessions it holds: those its failover moves off it.
-    if let Ok(Some(node)) = store.get_node(addr).await {
+    if let Ok(Some(node)) = nodes.get_node(addr).await {
         event = event.sessions(node.active_sessions);
     }
     archive.record(event);
-    if let Err(error) = store.set_node_notes(addr, reason, None).await {
+    if let Err(error) = nodes.set_node_notes(addr, reason, None).await {
         warn!(node = %addr, %error, "could not record why the node is down");
     }
 }

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::nodes::NodeTable;
-use crate::store::{FenceReason, NodeState, SessionStore, StoreResult};
+use crate::store::{FenceReason, Fences, NodeState, Nodes, Replicas, Store, StoreResult};
 
 /// How often a replica heartbeats and re-reads the fences without being woken.
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -77,7 +77,9 @@ impl Lease {
 
 #[derive(Clone)]
 pub struct FenceWatcher {
-    store: SessionStore,
+    fences: Fences,
+    nodes: Nodes,
+    replicas: Replicas,
     table: Arc<NodeTable>,
     replica: Arc<str>,
     /// Fences this replica holds: node -> (seq, release). A std mutex: never
@@ -98,13 +100,15 @@ type HeldFence = (u64, oneshot::Sender<()>);
 
 impl FenceWatcher {
     pub fn new(
-        store: SessionStore,
+        store: &Store,
         table: Arc<NodeTable>,
         events: Arc<Notify>,
         lease: Arc<Lease>,
     ) -> Self {
         Self {
-            store,
+            fences: store.fences.clone(),
+            nodes: store.nodes.clone(),
+            replicas: store.replicas.clone(),
             table,
             replica: uuid::Uuid::new_v4().to_string().into(),
             held: Arc::default(),
@@ -124,8 +128,8 @@ impl FenceWatcher {
     pub async fn poll_once(&self) -> StoreResult<()> {
         let _one_at_a_time = self.polling.lock().await;
         let sent = std::time::Instant::now();
-        self.store.heartbeat(&self.replica).await?;
-        let fences = self.store.fences().await?;
+        self.replicas.heartbeat(&self.replica).await?;
+        let fences = self.fences.fences().await?;
         let missing = {
             let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
             held.retain(|node, (seq, _)| {
@@ -172,7 +176,7 @@ impl FenceWatcher {
     ) {
         if self.table.get(&node).is_none() {
             // A node added by another replica: learn it, so its gate exists.
-            if let Ok(records) = self.store.list_nodes().await {
+            if let Ok(records) = self.nodes.list_nodes().await {
                 self.table.sync(&records);
             }
         }
@@ -196,7 +200,7 @@ impl FenceWatcher {
                 None => None, // unknown node: no press of ours can reach it
             };
             for attempt in 0u32.. {
-                match watcher.store.ack_fence(&node, seq, &watcher.replica).await {
+                match watcher.fences.ack_fence(&node, seq, &watcher.replica).await {
                     Ok(()) => break,
                     Err(error) if attempt % 20 == 0 => {
                         warn!(%node, seq, %error, "cannot ack fence; retrying")
@@ -210,7 +214,7 @@ impl FenceWatcher {
                 // The clean's token, recorded before its fence came down:
                 // presses that enter once the gate opens carry it. (If the
                 // read fails, the node's first refusal teaches it.)
-                if let Ok(epoch) = watcher.store.node_epoch(&node).await {
+                if let Ok(epoch) = watcher.nodes.node_epoch(&node).await {
                     watcher.table.learn_epoch(entry, epoch);
                 }
                 watcher.table.cleaned(entry);
@@ -236,7 +240,7 @@ impl FenceWatcher {
             }
         }
         self.held.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        if let Err(error) = self.store.remove_replica(&self.replica).await {
+        if let Err(error) = self.replicas.remove_replica(&self.replica).await {
             warn!(%error, "could not deregister the replica; its heartbeat expires by itself");
         }
     }
@@ -245,7 +249,7 @@ impl FenceWatcher {
     /// the connection drops.
     async fn follow_events(self, cancel: CancellationToken) {
         while !cancel.is_cancelled() {
-            match self.store.subscribe_events().await {
+            match self.fences.subscribe_events().await {
                 Ok(pubsub) => {
                     let mut messages = pubsub.into_on_message();
                     // Events may have been missed while unsubscribed.

@@ -21,8 +21,8 @@ use super::fence::HEARTBEAT;
 use crate::archive::events::{Actor, NodeEvent};
 use crate::archive::{Archive, Member};
 use crate::nodes::{NodeClient, NodeTable, Offers};
-use crate::store::lock::{with_lock, with_node_lock, LOCK_WAIT};
-use crate::store::{Layout, NodeRecord, NodeState, SessionStore};
+use crate::store::{with_lock, with_node_lock, LOCK_WAIT};
+use crate::store::{Identity, Layout, NodeRecord, NodeState, Store};
 
 /// Where the registry stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +48,7 @@ impl Rebuilder {
         }
     }
 
-    fn store(&self) -> &SessionStore {
+    fn store(&self) -> &Store {
         self.cleaner.store()
     }
 
@@ -94,8 +94,10 @@ impl Rebuilder {
                     let busy = || CleanError::Busy {
                         node: "registry".into(),
                     };
-                    match with_lock(&store, "registry", Duration::ZERO, busy, |_| this.rebuild())
-                        .await
+                    match with_lock(&store.locks, "registry", Duration::ZERO, busy, |_| {
+                        this.rebuild()
+                    })
+                    .await
                     {
                         Err(CleanError::Busy { .. }) => Ok(Registry::Rebuilding),
                         other => other,
@@ -116,7 +118,7 @@ impl Rebuilder {
         }
         // Some group forgot (or the control slot did): nothing is placed
         // from here on, anywhere, until the rebuild is done.
-        self.store().clear_registry_epoch().await?;
+        self.store().nodes.clear_registry_epoch().await?;
         warn!(
             nodes = members.len(),
             "Redis lost the registry; archiving every node's live counts before serving again"
@@ -129,7 +131,7 @@ impl Rebuilder {
         // nodes archive and forget it: dropped first, so that no press
         // reaches a node through it after the node's archive.
         let numbers: Vec<u64> = members.iter().map(|m| m.number as u64).collect();
-        self.store().wipe_groups(&numbers).await?;
+        self.store().sessions.wipe_groups(&numbers).await?;
         let restores = members.iter().map(|member| self.restore(member));
         let restored = futures::future::join_all(restores).await;
         let mut up = 0;
@@ -145,8 +147,7 @@ impl Rebuilder {
             }
         }
         let epoch = uuid::Uuid::new_v4().to_string();
-        self.store().set_group_epochs(&epoch).await?;
-        self.store().set_registry_epoch(&epoch).await?;
+        self.declare_complete(&epoch).await?;
         info!(
             nodes = members.len(),
             up, "registry rebuilt from Postgres; serving again"
@@ -156,16 +157,35 @@ impl Rebuilder {
 
     /// Whether the registry is complete, in a layout this release reads.
     async fn registry_complete(&self) -> Result<bool, CleanError> {
-        if let Layout::Unknown(mismatch) = self.store().layout().await? {
+        if let Layout::Unknown(mismatch) = self.store().replicas.layout().await? {
             return Err(mismatch.into());
         }
-        Ok(self.store().registry_complete().await?)
+        // Complete: the control slot's epoch and every group's (a group
+        // without one lost its mappings while the nodes still count its
+        // sessions), on the Redis that completed it (one that restarted or
+        // failed over may hold older data: store/replicas/identity.rs).
+        let store = self.store();
+        Ok(store.nodes.registry_epoch().await?.is_some()
+            && store.replicas.identity().await? != Identity::Changed
+            && store.sessions.groups_without_epoch().await? == 0)
+    }
+
+    /// Declares the registry complete under `epoch` (fresh, or rebuilt
+    /// after amnesia), on the Redis that answers now, in this release's
+    /// layout: every group's epoch first, the registry's last.
+    async fn declare_complete(&self, epoch: &str) -> Result<(), CleanError> {
+        let store = self.store();
+        store.sessions.set_group_epochs(epoch).await?;
+        store.replicas.keep_identity().await?;
+        store.replicas.keep_layout().await?;
+        store.nodes.set_registry_epoch(epoch).await?;
+        Ok(())
     }
 
     /// A cluster Postgres has never seen: remember what Redis holds (a
     /// registry of an earlier version), then declare the registry complete.
     async fn start_fresh(&self) -> Result<Registry, CleanError> {
-        for record in self.store().list_nodes().await? {
+        for record in self.store().nodes.list_nodes().await? {
             let number = self
                 .archive()
                 .upsert_member(&Member {
@@ -179,12 +199,12 @@ impl Rebuilder {
                 })
                 .await?;
             self.store()
+                .nodes
                 .set_node_number(&record.address, number)
                 .await?;
         }
         let epoch = uuid::Uuid::new_v4().to_string();
-        self.store().set_group_epochs(&epoch).await?;
-        self.store().set_registry_epoch(&epoch).await?;
+        self.declare_complete(&epoch).await?;
         info!("registry epoch written");
         Ok(Registry::Ready)
     }
@@ -197,7 +217,7 @@ impl Rebuilder {
             node: member.address.clone(),
         };
         with_node_lock(
-            self.store(),
+            &self.store().locks,
             &member.address,
             LOCK_WAIT,
             busy,
@@ -236,23 +256,30 @@ impl Rebuilder {
                 if answered {
                     record.offers = self.client().detect(&addr).await.unwrap_or_default().offers;
                 }
-                if self.store().register_node(&record, true).await? == Some(false) {
+                if self.store().nodes.register_node(&record, true).await? == Some(false) {
                     // The control slot remembered the node (a group forgot):
                     // it starts over all the same, with nothing mapped.
-                    self.store().set_node_state(&addr, state, &[]).await?;
+                    self.store().nodes.set_node_state(&addr, state, &[]).await?;
                 }
                 // Open to new sessions as it is up (a failover of the node
                 // may have closed it in a group after the groups were wiped).
                 if state == NodeState::Up {
-                    self.store().open_to_new_sessions(&addr).await?;
+                    self.store().sessions.open_to_new_sessions(&addr).await?;
                 } else {
-                    self.store().close_to_new_sessions(&addr).await?;
+                    self.store().sessions.close_to_new_sessions(&addr).await?;
                 }
-                self.store().set_node_offers(&addr, record.offers).await?;
-                self.store().set_node_epoch(&addr, epoch).await?;
-                self.store().tally(std::slice::from_ref(&record)).await?;
+                self.store()
+                    .nodes
+                    .set_node_offers(&addr, record.offers)
+                    .await?;
+                self.store().nodes.set_node_epoch(&addr, epoch).await?;
+                self.store()
+                    .sessions
+                    .tally(std::slice::from_ref(&record))
+                    .await?;
                 if draining {
                     self.store()
+                        .nodes
                         .set_drain_until(&addr, crate::clock::wall_ms())
                         .await?;
                 }

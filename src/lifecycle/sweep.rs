@@ -14,7 +14,7 @@ use tracing::{info, warn};
 
 use super::cleaner::{CleanError, CleanReport, NodeCleaner};
 use crate::clock::Clock;
-use crate::store::{NodeRecord, NodeState, SessionStore, StoreError};
+use crate::store::{NodeRecord, NodeState, StoreError};
 
 /// Most sessions one sweep takes on; the rest wait for the next round.
 pub const MAX_PER_SWEEP: usize = 100_000;
@@ -39,7 +39,6 @@ pub struct SweepReport {
 
 #[derive(Clone)]
 pub struct Sweeper {
-    store: SessionStore,
     cleaner: NodeCleaner,
     /// How long one sweep waits for one node's cleans (they go on in the
     /// background if it passes; the node lock keeps them one at a time).
@@ -61,15 +60,8 @@ pub struct Sweeper {
 }
 
 impl Sweeper {
-    pub fn new(
-        store: SessionStore,
-        cleaner: NodeCleaner,
-        node_timeout: Duration,
-        ttl: Duration,
-        clock: Clock,
-    ) -> Self {
+    pub fn new(cleaner: NodeCleaner, node_timeout: Duration, ttl: Duration, clock: Clock) -> Self {
         Self {
-            store,
             cleaner,
             node_deadline: node_timeout * 3 + Duration::from_secs(2),
             expiry_batch_ms: (ttl / 4).min(Duration::from_secs(1)).as_millis() as i64,
@@ -97,7 +89,7 @@ impl Sweeper {
     async fn sweep_at(&self, now_ms: i64) -> Result<SweepReport, StoreError> {
         let mut report = SweepReport::default();
         // Stale on Redis's clock, which the deadline was set on.
-        let (redis_now, fences) = self.store.fences_now().await?;
+        let (redis_now, fences) = self.cleaner.store().fences.fences_now().await?;
         for (node, fence) in fences {
             if fence.deadline_ms <= redis_now {
                 match self.cleaner.finish_stale(&node, fence.seq).await {
@@ -108,10 +100,13 @@ impl Sweeper {
             }
         }
         // Each node's indexes, read only as far as `now_ms`.
-        let nodes = self.store.list_nodes().await?;
-        let reads = nodes
-            .iter()
-            .map(|node| self.store.expiring(&node.address, now_ms, MAX_PER_SWEEP));
+        let nodes = self.cleaner.store().nodes.list_nodes().await?;
+        let reads = nodes.iter().map(|node| {
+            self.cleaner
+                .store()
+                .sessions
+                .expiring(&node.address, now_ms, MAX_PER_SWEEP)
+        });
         let mut due = Vec::new();
         for (node, expiring) in nodes.iter().zip(futures::future::join_all(reads).await) {
             let expiring = expiring?;
@@ -142,7 +137,7 @@ impl Sweeper {
         }
         // The counts placement goes by, made exact again (a placement that
         // lost a race, or whose replica died, may have left one too many).
-        self.store.tally(&nodes).await?;
+        self.cleaner.store().sessions.tally(&nodes).await?;
         self.reopen_closed(&nodes).await?;
         if report.expired > 0 {
             info!(
@@ -160,7 +155,7 @@ impl Sweeper {
     /// Opens the up nodes a group still holds closed to new sessions (on a
     /// cluster: their claims are refused, so they would get none).
     async fn reopen_closed(&self, nodes: &[NodeRecord]) -> Result<(), StoreError> {
-        let closed = self.store.closed_numbers().await?;
+        let closed = self.cleaner.store().sessions.closed_numbers().await?;
         for node in nodes {
             if node.state == NodeState::Up && closed.contains(&node.number) {
                 match self.cleaner.reopen(&node.address).await {
@@ -226,7 +221,9 @@ impl Sweeper {
         let _turn = one_at_a_time.lock().await;
         // The clean we waited for may have taken this session along.
         match self
-            .store
+            .cleaner
+            .store()
+            .sessions
             .placements_of(&[session_id.to_owned()])
             .await?
             .pop()
@@ -236,7 +233,9 @@ impl Sweeper {
         }
         let expired_by_ms = now_ms.saturating_add(self.expiry_batch_ms);
         let mut mine = self
-            .store
+            .cleaner
+            .store()
+            .sessions
             .expiring(addr, expired_by_ms, MAX_PER_CLEAN)
             .await?;
         if !mine.iter().any(|id| id == session_id) {

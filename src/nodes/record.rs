@@ -67,6 +67,40 @@ pub struct NodeRecord {
     pub epoch: u64,
 }
 
+impl NodeRecord {
+    /// The record the registry's hash of a node holds (its fields as
+    /// `HGETALL` lists them); `None` for an unregistered node (no fields).
+    pub fn from_fields(
+        address: &str,
+        fields: &[(String, String)],
+        sessions: Option<i64>,
+    ) -> Option<Self> {
+        if fields.is_empty() {
+            return None;
+        }
+        let get = |name: &str| {
+            fields
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        };
+        Some(NodeRecord {
+            address: address.to_owned(),
+            name: get("name").unwrap_or(address).to_owned(),
+            weight: get("weight").and_then(|w| w.parse().ok()).unwrap_or(1),
+            state: get("state")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(NodeState::Down),
+            active_sessions: sessions.unwrap_or(0),
+            instance: get("instance").filter(|i| !i.is_empty()).map(str::to_owned),
+            reason: get("reason").filter(|r| !r.is_empty()).map(str::to_owned),
+            number: get("number").and_then(|n| n.parse().ok()).unwrap_or(0),
+            offers: Offers::decode(get("offers").unwrap_or("")),
+            epoch: get("epoch").and_then(|e| e.parse().ok()).unwrap_or(0),
+        })
+    }
+}
+
 /// What a node offers beyond the task's API (`/press`, `/clean`), detected
 /// when it is added and when it recovers, and what each buys (the README's
 /// table of guarantees).

@@ -17,7 +17,7 @@ use crate::nodes::client::Exchange;
 use crate::nodes::limit::InFlightPermit;
 use crate::nodes::table::InFlight;
 use crate::nodes::{NodeCallError, NodeClient, NodeEntry, NodeTable, Selector, Spared};
-use crate::store::{Mapping, Placed, SessionStore, StoreError};
+use crate::store::{Mapping, Placed, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PressError {
@@ -222,7 +222,7 @@ impl SessionService {
         self.registry.table()
     }
 
-    fn store(&self) -> &SessionStore {
+    fn store(&self) -> &Store {
         self.registry.store()
     }
 
@@ -440,19 +440,27 @@ impl SessionService {
     /// cleaner lost Redis after its fence came down) ended when its fence
     /// came down, so the node's word is recorded and learned.
     async fn learn_after_refusal(&self, entry: &NodeEntry, fence: u64) -> Result<(), PressError> {
-        let recorded = self.store().node_epoch(&entry.address).await?;
+        let recorded = self.store().nodes.node_epoch(&entry.address).await?;
         if recorded >= fence {
             self.table().learn_epoch(entry, recorded);
             return Ok(());
         }
-        if self.store().clean_in_progress(&entry.address).await? {
+        if self
+            .store()
+            .fences
+            .clean_in_progress(&entry.address)
+            .await?
+        {
             tokio::time::sleep(REFUSED_RETRY).await;
             return Ok(());
         }
         // The node knows a newer clean than Redis does: its cleaner lost
         // Redis, or Redis lost what was recorded. The latter is rebuilt, not learned.
-        self.store().confirm_identity().await?;
-        self.store().set_node_epoch(&entry.address, fence).await?;
+        self.store().replicas.confirm_identity().await?;
+        self.store()
+            .nodes
+            .set_node_epoch(&entry.address, fence)
+            .await?;
         self.table().learn_epoch(entry, fence);
         Ok(())
     }
@@ -460,7 +468,7 @@ impl SessionService {
     /// Reads the mapping from Redis (the clean mark first) and caches it.
     async fn read(&self, id: &str) -> Result<(Option<Mapping>, u64), PressError> {
         let mark = self.table().clean_mark();
-        let mapping = self.store().lookup(id).await?;
+        let mapping = self.store().sessions.lookup(id).await?;
         match &mapping {
             Some(m) => self.cache.put(id, m, mark),
             None => self.cache.forget(id),
@@ -649,7 +657,7 @@ impl SessionService {
         else {
             return Err(PressError::Deadline);
         };
-        match self.store().lookup(id).await? {
+        match self.store().sessions.lookup(id).await? {
             Some(m) if m.node == entry.address => {}
             _ => return Ok(()),
         }
@@ -686,6 +694,7 @@ impl SessionService {
             .map(|p| p.into_node());
         match self
             .store()
+            .sessions
             .place(id, base, expires_at_ms, stale_node, preferred.as_deref())
             .await?
         {

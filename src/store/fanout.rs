@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use super::routes::{owner, slot_of_tag, Primary};
-use super::{Context, SessionStore, StoreResult};
+use super::{Context, Core, StoreResult};
 
 /// How many groups sessions are spread over: enough to spread over the
 /// primaries of any cluster we plan for (see docs/capacity.md),
@@ -18,7 +18,7 @@ pub(super) fn all_groups() -> impl Iterator<Item = String> {
     (0..GROUPS).map(|group| format!("{group:02x}"))
 }
 
-impl SessionStore {
+impl Core {
     /// The commands `build` adds for each group, run in as few round
     /// trips as the server allows: one pipeline for all groups on a single
     /// Redis; on a cluster (a pipeline must stay in one slot) one per

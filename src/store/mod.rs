@@ -1,5 +1,14 @@
-//! `SessionStore`: every piece of shared state in Redis: session -> node
-//! mappings, node registry, per-node active-session counts, expiry index.
+//! The shared state in Redis: session -> node mappings, the node registry,
+//! per-node active-session counts, the expiry index, fences, locks and
+//! replicas.
+//!
+//! One core, [`Core`] (the connection, cluster routing, keys, script
+//! loading), under a handle per concern, each with its Lua beside it:
+//! [`Sessions`] (mappings and placement), [`Nodes`] (the registry),
+//! [`Fences`] (the clean fence and its journals), [`Locks`] (one operation
+//! per node) and [`Replicas`] (heartbeats, the Redis's identity and the
+//! layout). [`Store::connect`] makes them all; each service keeps the ones
+//! it uses.
 //!
 //! The layout runs unchanged on one Redis and on a Redis Cluster: every
 //! script and every pipeline touches one hash slot. Keys are built here
@@ -18,7 +27,7 @@
 //! | `P{ctl}placeable` | zset | up nodes scored by active sessions per unit of weight (placement is `ZRANGE 0 0`) |
 //! | `P{ctl}weights` | hash | node address -> weight, for the scripts that score `placeable` (a node without one weighs 1) |
 //! | `P{ctl}lock:{name}` | string | short admin locks (one operation per node at a time), renewed while held |
-//! | `P{ctl}fences`, `fence_seq`, `fence_acks:{addr}:{seq}`, `replicas`, `journal:{addr}` | | the clean fence, see [`fences`] |
+//! | `P{ctl}fences`, `fence_seq`, `fence_acks:{addr}:{seq}`, `replicas`, `journal:{addr}` | | the clean fence, see [`Fences`] |
 //! | `P{ctl}events` | pub/sub channel | wakes replicas when a fence is raised, lowered or acknowledged |
 //! | `P{ctl}registry` | string | the registry's epoch: written once the registry and every group are complete; missing means Redis forgot (design.md, amnesia) |
 //! | `P{ctl}layout` | string | the storage layout's version ([`LAYOUT`]), written with the registry's epoch; a replica that finds another refuses to serve (`layout`) |
@@ -37,40 +46,33 @@
 //! A `{` in the prefix itself would become the hash tag of every key: it
 //! still works, on one slot.
 
-mod closed;
 mod fanout;
 mod fences;
-pub mod groups;
-mod identity;
-mod layout;
-pub mod lock;
+mod locks;
 mod nodes;
-mod placement;
+mod replicas;
 mod routes;
-mod sessions;
+pub mod sessions;
 mod target;
 mod timed;
-mod unmap;
-mod view;
-mod walk;
 
 use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::AsyncCommands;
 
-pub use target::RedisTarget;
-use timed::Connection;
-
 /// The node types live in `nodes::record`; re-exported for the store's
 /// callers.
 pub use crate::nodes::record::{NodeRecord, NodeState};
-pub use fences::{Fence, FenceReason, Journal};
-pub use identity::Identity;
-pub use layout::{Layout, LayoutMismatch, LAYOUT};
-pub use nodes::StateChange;
-pub use sessions::{Mapping, Placed, Placement};
+pub use fences::{Fence, FenceReason, Fences, Journal};
+pub use locks::{with_lock, with_node_lock, Lock, Locks, NodeLock, LOCK_TTL_MS, LOCK_WAIT};
+pub use nodes::{Nodes, StateChange};
+pub use replicas::{Identity, Layout, LayoutMismatch, Replicas, LAYOUT};
+pub use sessions::{Mapping, Placed, Placement, Sessions};
+pub use target::RedisTarget;
+use timed::{Connection, TimedConnection, Verified};
 
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{context}")]
@@ -82,8 +84,8 @@ pub struct StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
-/// What a guarded write (or [`lock::Lock::check`]) reports when the
-/// operation's lock is no longer its holder's.
+/// What a guarded write (or [`Lock::check`]) reports when the operation's
+/// lock is no longer its holder's.
 const LOCK_LOST: &str = "the node's lock passed to another operation (this one paused past its lifetime); it stops here";
 
 impl StoreError {
@@ -115,54 +117,66 @@ impl<T> Context<T> for redis::RedisResult<T> {
     }
 }
 
-/// Handle on the shared Redis state. Cheap to clone: the connection manager
-/// multiplexes one connection and reconnects by itself after an outage.
+/// Every handle at once, as [`Store::connect`] makes them. Cheap to clone:
+/// the connection multiplexes and reconnects by itself after an outage.
 #[derive(Clone)]
-pub struct SessionStore {
+pub struct Store {
+    pub sessions: Sessions,
+    pub nodes: Nodes,
+    pub fences: Fences,
+    pub locks: Locks,
+    pub replicas: Replicas,
+}
+
+impl Store {
+    /// Connects lazily: the balancer starts (and reports not ready) while
+    /// Redis is down, and every command fails fast instead of hanging.
+    pub fn connect(redis_url: &str, prefix: &str) -> StoreResult<Self> {
+        let core = Arc::new(Core::connect(redis_url, prefix)?);
+        let replicas = Replicas::new(core.clone());
+        let view = Arc::new(sessions::PlacementView::default());
+        let sessions = Sessions::new(core.clone(), replicas.clone(), view);
+        Ok(Self {
+            nodes: Nodes::new(core.clone(), sessions.clone()),
+            sessions,
+            fences: Fences::new(core.clone()),
+            locks: Locks::new(core),
+            replicas,
+        })
+    }
+
+    /// This store, on a cluster, choosing new sessions' nodes from views
+    /// that serve `ttl` before they are read again (sessions/view.rs; 50 ms
+    /// unless set): for tests that need a view to stay as it was read.
+    pub fn with_view_ttl(mut self, ttl: Duration) -> Self {
+        let view = Arc::new(sessions::PlacementView::with_ttl(ttl));
+        self.sessions = self.sessions.with_view(view);
+        self.nodes = Nodes::new(self.nodes.core().clone(), self.sessions.clone());
+        self
+    }
+
+    pub fn core(&self) -> &Core {
+        &self.locks
+    }
+}
+
+/// The connection, the keys and the cluster's routes, shared by every
+/// handle.
+pub struct Core {
     /// For the pub/sub connection, which cannot be multiplexed.
     client: redis::Client,
-    conn: timed::TimedConnection,
-    prefix: std::sync::Arc<str>,
+    conn: TimedConnection,
+    prefix: Arc<str>,
     /// A Redis Cluster: pipelines must stay within one hash slot, unless
     /// sent to the primary that serves them all (see [`routes`]).
     cluster: bool,
     routes: routes::Routes,
-    scripts: std::sync::Arc<Scripts>,
     /// Node number -> address, filled on first sight: a number is never
     /// given to another address, so an entry never goes stale.
-    node_addresses: std::sync::Arc<std::sync::RwLock<HashMap<u64, std::sync::Arc<str>>>>,
-    /// Cleared whenever a call loses its connection (see [`identity`]).
-    verified: std::sync::Arc<identity::Verified>,
-    /// Placements asked for at once go to Redis together (see
-    /// [`placement`]).
-    batchers: std::sync::Arc<placement::Batchers>,
-    /// On a cluster, where new sessions go (see [`view`]).
-    view: std::sync::Arc<view::PlacementView>,
-}
-
-struct Scripts {
-    view: redis::Script,
-    place: redis::Script,
-    claim: redis::Script,
-    unmap: redis::Script,
-    register_node: redis::Script,
-    set_node_state: redis::Script,
-    set_counts: redis::Script,
-    delete_node: redis::Script,
-    set_node_weight: redis::Script,
-    drop_strays: redis::Script,
-    set_node_notes: redis::Script,
-    set_node_epoch: redis::Script,
-    set_node_field: redis::Script,
-    raise_fence: redis::Script,
-    lower_fence: redis::Script,
-    fences_now: redis::Script,
-    put_journal: redis::Script,
-    end_journal: redis::Script,
-    heartbeat: redis::Script,
-    live_replicas: redis::Script,
-    renew_lock: redis::Script,
-    unlock: redis::Script,
+    node_addresses: RwLock<HashMap<u64, Arc<str>>>,
+    /// Cleared whenever a call loses its connection
+    /// (see replicas/identity.rs).
+    verified: Arc<Verified>,
 }
 
 /// A script with the shared helpers (prelude.lua) first: the mapping
@@ -181,10 +195,8 @@ fn timed(body: &str) -> redis::Script {
     redis::Script::new(&format!("{}\n{body}", include_str!("redis_now.lua")))
 }
 
-impl SessionStore {
-    /// Connects lazily: the balancer starts (and reports not ready) while
-    /// Redis is down, and every command fails fast instead of hanging.
-    pub fn connect(redis_url: &str, prefix: &str) -> StoreResult<Self> {
+impl Core {
+    fn connect(redis_url: &str, prefix: &str) -> StoreResult<Self> {
         let invalid = |message: String| StoreError {
             context: "parsing REDIS_URL",
             source: redis::RedisError::from((
@@ -222,66 +234,19 @@ impl SessionStore {
                     .set_connection_timeout(Duration::from_secs(1))
                     .set_response_timeout(Duration::from_secs(1));
                 let cluster = timed::Cluster::new(cluster, config);
-                (client, Connection::Cluster(std::sync::Arc::new(cluster)))
+                (client, Connection::Cluster(Arc::new(cluster)))
             }
         };
-        let verified = std::sync::Arc::new(identity::Verified::default());
+        let verified = Arc::new(Verified::default());
         Ok(Self {
             client,
-            conn: timed::TimedConnection::new(conn, verified.clone()),
+            conn: TimedConnection::new(conn, verified.clone()),
             verified,
             prefix: prefix.into(),
             cluster: matches!(target, RedisTarget::Cluster(_)),
             routes: Default::default(),
-            scripts: std::sync::Arc::new(Scripts {
-                view: with_prelude(include_str!("view.lua")),
-                place: with_prelude(include_str!("place.lua")),
-                claim: with_prelude(include_str!("claim.lua")),
-                unmap: with_prelude(include_str!("unmap.lua")),
-                register_node: redis::Script::new(include_str!("register_node.lua")),
-                set_node_state: with_prelude(include_str!("set_node_state.lua")),
-                set_counts: with_prelude(include_str!("set_counts.lua")),
-                delete_node: redis::Script::new(include_str!("delete_node.lua")),
-                set_node_weight: with_prelude(include_str!("set_node_weight.lua")),
-                drop_strays: with_prelude(include_str!("drop_strays.lua")),
-                set_node_notes: redis::Script::new(include_str!("set_node_notes.lua")),
-                set_node_epoch: redis::Script::new(include_str!("set_node_epoch.lua")),
-                set_node_field: redis::Script::new(include_str!("set_node_field.lua")),
-                raise_fence: guarded(&format!(
-                    "{}\n{}",
-                    include_str!("redis_now.lua"),
-                    include_str!("raise_fence.lua")
-                )),
-                lower_fence: redis::Script::new(include_str!("lower_fence.lua")),
-                fences_now: timed(include_str!("fences_now.lua")),
-                put_journal: guarded(include_str!("put_journal.lua")),
-                end_journal: guarded(include_str!("end_journal.lua")),
-                heartbeat: timed(include_str!("heartbeat.lua")),
-                live_replicas: timed(include_str!("live_replicas.lua")),
-                renew_lock: redis::Script::new(include_str!("renew_lock.lua")),
-                unlock: redis::Script::new(include_str!("unlock.lua")),
-            }),
             node_addresses: Default::default(),
-            batchers: Default::default(),
-            view: Default::default(),
         })
-    }
-
-    /// This store, on a cluster, choosing new sessions' nodes from views
-    /// that serve `ttl` before they are read again (store/view.rs; 50 ms
-    /// unless set): for tests that need a view to stay as it was read.
-    pub fn with_view_ttl(mut self, ttl: Duration) -> Self {
-        self.view = std::sync::Arc::new(view::PlacementView::with_ttl(ttl));
-        self
-    }
-
-    /// A handle for a batching task: holding the batchers themselves would
-    /// keep the task's own queue open, and the task would never end.
-    fn without_batchers(&self) -> Self {
-        Self {
-            batchers: Default::default(),
-            ..self.clone()
-        }
     }
 
     /// The one place a control key is built (`P{ctl}a:b`).
@@ -306,20 +271,19 @@ impl SessionStore {
     }
 
     pub async fn ping(&self) -> StoreResult<()> {
-        let mut conn = self.conn.clone();
         redis::cmd("PING")
-            .query_async::<()>(&mut conn)
+            .query_async::<()>(&mut self.conn())
             .await
             .context("pinging Redis")
     }
 
-    fn conn(&self) -> timed::TimedConnection {
+    fn conn(&self) -> TimedConnection {
         self.conn.clone()
     }
 
     /// The address of node `number`, from memory after the first read.
     /// `None` if Redis does not know the number (it forgot everything).
-    async fn node_address(&self, number: u64) -> StoreResult<Option<std::sync::Arc<str>>> {
+    async fn node_address(&self, number: u64) -> StoreResult<Option<Arc<str>>> {
         let known = self
             .node_addresses
             .read()
@@ -335,74 +299,13 @@ impl SessionStore {
             .await
             .context("reading a node's address from Redis")?;
         Ok(address.map(|address| {
-            let address: std::sync::Arc<str> = address.into();
+            let address: Arc<str> = address.into();
             self.node_addresses
                 .write()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(number, address.clone());
             address
         }))
-    }
-
-    /// Wakes every replica: a fence changed (see [`fences`]).
-    pub async fn publish_event(&self, event: &str) -> StoreResult<()> {
-        self.conn()
-            .publish::<_, _, ()>(self.key(&["events"]), event)
-            .await
-            .context("publishing a fence event in Redis")
-    }
-
-    /// A dedicated connection subscribed to the events channel.
-    pub async fn subscribe_events(&self) -> StoreResult<redis::aio::PubSub> {
-        let mut pubsub =
-            tokio::time::timeout(Duration::from_secs(2), self.client.get_async_pubsub())
-                .await
-                .map_err(|_| redis::RedisError::from((redis::ErrorKind::Io, "connect timed out")))
-                .context("opening the Redis pub/sub connection")?
-                .context("opening the Redis pub/sub connection")?;
-        pubsub
-            .subscribe(self.key(&["events"]))
-            .await
-            .context("subscribing to fence events in Redis")?;
-        Ok(pubsub)
-    }
-
-    /// The registry's epoch, if Redis has one (see the module docs).
-    pub async fn registry_epoch(&self) -> StoreResult<Option<String>> {
-        self.conn()
-            .get(self.key(&["registry"]))
-            .await
-            .context("reading the registry epoch from Redis")
-    }
-
-    /// Whether the registry is complete: the control slot's epoch and every
-    /// group's. A group without one lost its mappings (its primary
-    /// restarted empty) while the nodes still count its sessions.
-    /// And the Redis answering is the one that completed it: one that
-    /// restarted or failed over may hold older data ([`identity`]).
-    pub async fn registry_complete(&self) -> StoreResult<bool> {
-        Ok(self.registry_epoch().await?.is_some()
-            && self.identity().await? != Identity::Changed
-            && self.groups_without_epoch().await? == 0)
-    }
-
-    /// Stops every placement until the registry is rebuilt: a group forgot.
-    pub async fn clear_registry_epoch(&self) -> StoreResult<()> {
-        self.conn()
-            .del::<_, ()>(self.key(&["registry"]))
-            .await
-            .context("clearing the registry epoch in Redis")
-    }
-
-    /// Declares the registry complete (fresh, or rebuilt after amnesia),
-    /// on the Redis that answers now.
-    pub async fn set_registry_epoch(&self, epoch: &str) -> StoreResult<()> {
-        self.keep_identity().await?;
-        self.keep_layout().await?;
-        self.conn()
-            .set::<_, _, ()>(self.key(&["registry"]), epoch)
-            .await
-            .context("writing the registry epoch to Redis")
     }
 }
 

@@ -2,7 +2,7 @@
 -- mappings (prepended by `with_prelude` in store/mod.rs, where the
 -- layout is described).
 
--- A session's keys, given by their places in KEYS (store/unmap.rs,
+-- A session's keys, given by their places in KEYS (store/sessions/unmap.rs,
 -- `SessionKeys`, works them out from SHA-1 of the id, as groups.rs lays
 -- them out): its mapping's bucket and its node's list in its group.
 local function session_keys(bucket_at, index_at)
@@ -10,7 +10,7 @@ local function session_keys(bucket_at, index_at)
 end
 
 -- An entry of a node's list: `{end, ms}\t{id}`, the session's end before
--- its id, so the sweep's walk (store/walk.rs) reads when a session ends
+-- its id, so the sweep's walk (store/sessions/walk.rs) reads when a session ends
 -- from the list alone. Ids hold no control character, a tab included.
 local function dated_entry(id, expires_at)
   return expires_at .. '\t' .. id

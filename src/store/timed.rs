@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -28,7 +29,7 @@ pub enum Connection {
 /// never ended, after which every call waited behind it; a fresh
 /// connection learns the slots again and goes on. A call retried after a
 /// timeout may run twice: every script is idempotent or, for the counts,
-/// corrected by the next tally (store/groups.rs).
+/// corrected by the next tally (store/sessions/groups.rs).
 pub struct Cluster {
     client: ClusterClient,
     config: ClusterConfig,
@@ -119,12 +120,12 @@ fn moving(error: &redis::RedisError) -> bool {
 pub struct TimedConnection {
     inner: Connection,
     /// Told when a call loses its connection: the Redis that answers next
-    /// may be another process (store/identity.rs).
-    verified: Arc<super::identity::Verified>,
+    /// may be another process (store/replicas/identity.rs).
+    verified: Arc<Verified>,
 }
 
 impl TimedConnection {
-    pub fn new(inner: Connection, verified: Arc<super::identity::Verified>) -> Self {
+    pub fn new(inner: Connection, verified: Arc<Verified>) -> Self {
         Self { inner, verified }
     }
 
@@ -218,5 +219,49 @@ impl ConnectionLike for TimedConnection {
             Connection::Single(conn) => conn.get_db(),
             Connection::Cluster(cluster) => cluster.conn().get_db(),
         }
+    }
+}
+
+/// Whether every call since the identity was last checked kept its
+/// connection: calls that lost theirs are counted, and a check vouches
+/// only for the losses counted before it began. A loss during the check
+/// (the server may have changed after it answered `INFO`) leaves the
+/// identity unverified for the next call. Shared by the store's
+/// connection, which counts.
+#[derive(Debug)]
+pub struct Verified {
+    losses: AtomicU64,
+    /// The losses the last check that found the same Redis vouches for;
+    /// `u64::MAX` before any check.
+    vouched: AtomicU64,
+}
+
+impl Default for Verified {
+    fn default() -> Self {
+        Self {
+            losses: AtomicU64::new(0),
+            vouched: AtomicU64::new(u64::MAX),
+        }
+    }
+}
+
+impl Verified {
+    /// A call lost its connection: the server that answers next may be
+    /// another one.
+    pub fn lost(&self) {
+        self.losses.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(super) fn is_set(&self) -> bool {
+        self.vouched.load(Ordering::Acquire) == self.losses.load(Ordering::Acquire)
+    }
+
+    /// Where a check begins: the losses it will vouch for.
+    pub(super) fn begin(&self) -> u64 {
+        self.losses.load(Ordering::Acquire)
+    }
+
+    pub(super) fn set(&self, begun: u64) {
+        self.vouched.store(begun, Ordering::Release);
     }
 }

@@ -301,6 +301,13 @@ async fn a_mark_down_redis_refused_is_kept_and_the_node_never_pressed_again() {
         counted,
         "pressed again"
     );
-    let listed = app.ctx.store.get_node(&address).await.unwrap().unwrap();
+    let listed = app
+        .ctx
+        .store
+        .nodes
+        .get_node(&address)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(listed.state, nodes_control::store::NodeState::Down);
 }

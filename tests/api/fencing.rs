@@ -113,13 +113,14 @@ async fn a_clean_the_node_never_answers_revokes_its_token_and_moves_its_sessions
     let record = app
         .ctx
         .store
+        .nodes
         .get_node(&hung.address)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(record.state, NodeState::Down);
     assert_eq!(
-        app.ctx.store.lookup(&session).await.unwrap(),
+        app.ctx.store.sessions.lookup(&session).await.unwrap(),
         None,
         "moved off"
     );

@@ -251,7 +251,7 @@ async fn a_node_that_restarted_is_taken_down_since_its_counts_are_gone() {
         Duration::from_secs(5),
         "its sessions moved off it",
         || async {
-            let mapping = app.ctx.store.lookup(&session).await.unwrap();
+            let mapping = app.ctx.store.sessions.lookup(&session).await.unwrap();
             holds(mapping.is_none(), || mapping)
         },
     )

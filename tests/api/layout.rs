@@ -62,17 +62,17 @@ async fn a_replica_refuses_to_start_on_state_a_commit_before_0_1_wrote() {
 async fn a_fresh_prefix_gets_this_releases_layout() {
     let app = common::spawn_app().await;
     let store = &app.ctx.store;
-    assert_eq!(store.layout().await.unwrap(), Layout::Known);
+    assert_eq!(store.replicas.layout().await.unwrap(), Layout::Known);
     let version: Option<String> = store_get(store, "layout").await;
     assert_eq!(version, Some(LAYOUT.to_string()));
 }
 
-async fn store_get(store: &nodes_control::store::SessionStore, name: &str) -> Option<String> {
+async fn store_get(store: &nodes_control::store::Store, name: &str) -> Option<String> {
     for server in testkit::redis_servers() {
         let client = redis::Client::open(server).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
         if let Ok(value) = redis::cmd("GET")
-            .arg(store.key(&[name]))
+            .arg(store.core().key(&[name]))
             .query_async(&mut conn)
             .await
         {
@@ -97,7 +97,7 @@ async fn a_serving_replica_stops_when_another_layout_appears() {
         Some(LAYOUT.to_string()),
         "written at start"
     );
-    set_on_owner(&store.key(&["layout"]), "999").await;
+    set_on_owner(&store.core().key(&["layout"]), "999").await;
     let stopped = tokio::time::timeout(Duration::from_secs(30), running)
         .await
         .expect("the replica went on serving another layout")

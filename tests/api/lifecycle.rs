@@ -142,6 +142,7 @@ async fn a_clean_all_node_re_bases_its_live_sessions_and_a_killed_node_restores_
     let a_expires = app
         .ctx
         .store
+        .sessions
         .lookup(&a)
         .await
         .unwrap()
@@ -177,6 +178,7 @@ async fn a_press_waits_behind_a_raised_fence_and_then_counts_on() {
     let store = &app.ctx.store;
     let seq = common::under_node_lock(store, &nodes[0].address, |lock| async move {
         store
+            .fences
             .raise_fence(
                 lock.lock(),
                 lock.node(),
@@ -189,7 +191,11 @@ async fn a_press_waits_behind_a_raised_fence_and_then_counts_on() {
     .await;
     // Wait until our replica closed its gate and acknowledged.
     testkit::eventually(Duration::from_secs(5), "the replica's ack", || async {
-        let acks = store.fence_acks(&nodes[0].address, seq).await.unwrap();
+        let acks = store
+            .fences
+            .fence_acks(&nodes[0].address, seq)
+            .await
+            .unwrap();
         testkit::holds(!acks.is_empty(), || acks)
     })
     .await;
@@ -214,7 +220,11 @@ async fn a_press_waits_behind_a_raised_fence_and_then_counts_on() {
     )
     .await;
     assert!(!pending.is_finished(), "a press reached a fenced node");
-    store.lower_fence(&nodes[0].address, seq).await.unwrap();
+    store
+        .fences
+        .lower_fence(&nodes[0].address, seq)
+        .await
+        .unwrap();
     let answer = pending.await.unwrap();
     assert_eq!(answer.clicks(), 2);
 }
@@ -236,6 +246,7 @@ async fn an_interrupted_clean_is_finished_by_the_next_sweep_by_cleaning_and_fold
     let token = app.ctx.archive.issue_token(addr).await.unwrap();
     common::under_node_lock(store, addr, |lock| async move {
         let seq = store
+            .fences
             .raise_fence(lock.lock(), addr, Duration::ZERO, FenceReason::Clean)
             .await
             .unwrap();
@@ -246,6 +257,7 @@ async fn an_interrupted_clean_is_finished_by_the_next_sweep_by_cleaning_and_fold
             selective: false,
         };
         assert!(store
+            .fences
             .put_journal(lock.lock(), addr, &journal)
             .await
             .unwrap());
@@ -265,7 +277,7 @@ async fn an_interrupted_clean_is_finished_by_the_next_sweep_by_cleaning_and_fold
     let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
     assert_eq!(report.recovered, 1, "{report:?}");
     assert!(
-        store.fences().await.unwrap().is_empty(),
+        store.fences.fences().await.unwrap().is_empty(),
         "the fence is lowered"
     );
     // A repeated fold changes nothing.
@@ -376,7 +388,7 @@ async fn a_sweep_cleans_a_backlog_larger_than_one_clean_in_batches() {
     let store = std::sync::Arc::new(app.ctx.store.clone());
     let placements = (0..n).map(|i| {
         let (store, id) = (store.clone(), format!("{tag}-{i}"));
-        async move { store.place(&id, 0, 1, None, None).await.unwrap() }
+        async move { store.sessions.place(&id, 0, 1, None, None).await.unwrap() }
     });
     futures::future::join_all(placements).await;
     let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
@@ -399,6 +411,7 @@ async fn an_expiry_clean_takes_the_sessions_about_to_expire_and_leaves_younger_o
     let expires = app
         .ctx
         .store
+        .sessions
         .lookup(&first)
         .await
         .unwrap()
@@ -410,7 +423,7 @@ async fn an_expiry_clean_takes_the_sessions_about_to_expire_and_leaves_younger_o
         .unwrap();
     let mapped = |id: String| {
         let store = app.ctx.store.clone();
-        async move { store.lookup(&id).await.unwrap().is_some() }
+        async move { store.sessions.lookup(&id).await.unwrap().is_some() }
     };
     assert!(
         !mapped(first.clone()).await,

@@ -16,12 +16,13 @@ use nodes_control::store::{FenceReason, Journal, NodeState};
 /// `leaving` under a fresh token.
 async fn begin_clean(
     app: &common::TestApp,
-    lock: &nodes_control::store::lock::NodeLock,
+    lock: &nodes_control::store::NodeLock,
     leaving: &str,
     ttl: Duration,
 ) -> Journal {
     let (store, addr) = (&app.ctx.store, lock.node());
     let seq = store
+        .fences
         .raise_fence(lock.lock(), addr, ttl, FenceReason::Clean)
         .await
         .unwrap();
@@ -32,6 +33,7 @@ async fn begin_clean(
         selective: true,
     };
     assert!(store
+        .fences
         .put_journal(lock.lock(), addr, &journal)
         .await
         .unwrap());
@@ -44,7 +46,7 @@ async fn a_clean_records_its_token_as_the_nodes_epoch_and_presses_carry_it() {
     let nodes = start_nodes(&app, 1, false).await;
     let addr = &nodes[0].address;
     let store = &app.ctx.store;
-    let added = store.node_epoch(addr).await.unwrap();
+    let added = store.nodes.node_epoch(addr).await.unwrap();
     assert!(added > 0, "the wipe at add gave the node an epoch");
     let s = unique("epoch");
     for expected in 1..=3 {
@@ -58,7 +60,7 @@ async fn a_clean_records_its_token_as_the_nodes_epoch_and_presses_carry_it() {
         .await
         .unwrap();
     assert_eq!(report.unmapped, 1, "{report:?}");
-    let cleaned = store.node_epoch(addr).await.unwrap();
+    let cleaned = store.nodes.node_epoch(addr).await.unwrap();
     assert!(cleaned > added, "the clean moved it: {added} -> {cleaned}");
     // A press under the epoch from before the clean is refused by the node,
     // uncounted; the balancer's own press carries the new one.
@@ -91,6 +93,7 @@ async fn a_press_refused_after_a_clean_the_registry_did_not_record_is_answered()
     let (app, addr, s) = (&app, &addr, &s);
     let token = common::under_node_lock(store, addr, |lock| async move {
         let seq = store
+            .fences
             .raise_fence(
                 lock.lock(),
                 addr,
@@ -109,21 +112,22 @@ async fn a_press_refused_after_a_clean_the_registry_did_not_record_is_answered()
             .unwrap();
         assert_eq!(cleaned.status(), 200);
         store
+            .sessions
             .apply_clean(lock.lock(), addr, std::slice::from_ref(s), &[])
             .await
             .unwrap();
         archive.complete_token(token).await.unwrap();
-        store.lower_fence(addr, seq).await.unwrap();
+        store.fences.lower_fence(addr, seq).await.unwrap();
         token
     })
     .await;
-    assert!(store.node_epoch(addr).await.unwrap() < token as u64);
+    assert!(store.nodes.node_epoch(addr).await.unwrap() < token as u64);
     // Placed again from its archive, sent under the epoch this replica
     // knows, refused, learned, answered.
     let answer = app.press(s).await;
     assert_eq!(answer.clicks(), 4, "{answer:?}");
     // Only a refusal records the node's word.
-    assert_eq!(store.node_epoch(addr).await.unwrap(), token as u64);
+    assert_eq!(store.nodes.node_epoch(addr).await.unwrap(), token as u64);
 }
 
 /// A cleaner wrote its journal and died before its `/clean` reached the
@@ -152,7 +156,7 @@ async fn an_interrupted_clean_the_node_never_got_is_sent_again_not_assumed() {
     // The stale fence is found and the clean finished: sent, then settled.
     let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
     assert_eq!(report.recovered, 1, "{report:?}");
-    assert!(store.fences().await.unwrap().is_empty());
+    assert!(store.fences.fences().await.unwrap().is_empty());
     assert_eq!(
         archive.total(&s).await.unwrap(),
         Some(5),
@@ -190,7 +194,7 @@ async fn a_cleaner_resuming_after_its_lock_passed_on_changes_nothing() {
     for _ in 0..3 {
         app.press(&s).await;
     }
-    let lock_key = store.key(&["lock", &format!("node:{addr}")]);
+    let lock_key = store.core().key(&["lock", &format!("node:{addr}")]);
     let (app_ref, addr_ref, s_ref) = (&app, addr.as_str(), s.as_str());
     common::under_node_lock(store, addr_ref, |lock| async move {
         let journal = begin_clean(app_ref, &lock, s_ref, Duration::ZERO).await;
@@ -221,30 +225,35 @@ async fn a_cleaner_resuming_after_its_lock_passed_on_changes_nothing() {
             .unwrap();
         assert_eq!(late.status(), 200);
         let unmap = store
+            .sessions
             .apply_clean(lock.lock(), addr_ref, &[s_ref.to_owned()], &[])
             .await;
         assert!(unmap.is_err_and(|e| e.is_lock_lost()), "the unmap landed");
         let ended = store
+            .fences
             .end_journal(lock.lock(), addr_ref, seq, Some(generation as u64))
             .await;
         assert!(ended.is_err_and(|e| e.is_lock_lost()));
         let raised = store
+            .fences
             .raise_fence(lock.lock(), addr_ref, Duration::ZERO, FenceReason::Clean)
             .await;
         assert!(raised.is_err_and(|e| e.is_lock_lost()));
         assert!(!store
+            .fences
             .put_journal(lock.lock(), addr_ref, &journal)
             .await
             .is_ok_and(|w| w));
         // A recovery that resumes late does not bring the node back up.
         let up = store
+            .nodes
             .set_node_state_locked(lock.lock(), addr_ref, NodeState::Up, &[NodeState::Up])
             .await;
         assert!(up.is_err_and(|e| e.is_lock_lost()));
-        assert!(lock.lock().check_held(store).await.is_err());
+        assert!(lock.lock().check_held(&store.locks).await.is_err());
     })
     .await;
-    assert!(store.fences().await.unwrap().is_empty());
+    assert!(store.fences.fences().await.unwrap().is_empty());
     assert_eq!(app.press(&s).await.clicks(), 5, "counted on, no repeat");
 }
 
@@ -268,12 +277,14 @@ async fn a_fence_never_comes_down_over_an_unsettled_journal() {
         let seq = journal.seq;
         assert!(
             !store
+                .fences
                 .put_journal(lock.lock(), addr, &journal)
                 .await
                 .unwrap(),
             "a second journal over the first"
         );
         let over = store
+            .fences
             .raise_fence(
                 lock.lock(),
                 addr,
@@ -282,17 +293,17 @@ async fn a_fence_never_comes_down_over_an_unsettled_journal() {
             )
             .await
             .unwrap();
-        store.lower_fence(addr, over).await.unwrap();
+        store.fences.lower_fence(addr, over).await.unwrap();
         seq
     })
     .await;
-    let fences = store.fences().await.unwrap();
+    let fences = store.fences.fences().await.unwrap();
     assert_eq!(fences.len(), 1, "{fences:?}");
     assert_eq!(fences[0].1.seq, journal_seq);
     let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
     assert_eq!(report.recovered, 1, "{report:?}");
-    assert!(store.journal(addr).await.unwrap().is_none());
-    assert!(store.fences().await.unwrap().is_empty());
+    assert!(store.fences.journal(addr).await.unwrap().is_none());
+    assert!(store.fences.fences().await.unwrap().is_empty());
     assert_eq!(app.press(&s).await.clicks(), 3);
 }
 
@@ -322,15 +333,19 @@ async fn a_journal_that_does_not_parse_is_dropped_and_its_fence_lowered() {
     let addr = nodes[0].address.as_str();
     common::under_node_lock(store, addr, |lock| async move {
         store
+            .fences
             .raise_fence(lock.lock(), addr, Duration::ZERO, FenceReason::Clean)
             .await
             .unwrap();
     })
     .await;
-    set_key(&store.key(&["journal", addr]), "{\"leaving\": 7}").await;
+    set_key(&store.core().key(&["journal", addr]), "{\"leaving\": 7}").await;
     app.sweeper.sweep_once(now_ms()).await.unwrap();
-    assert!(store.fences().await.unwrap().is_empty(), "the fence stayed");
-    assert!(!store.clean_in_progress(addr).await.unwrap());
+    assert!(
+        store.fences.fences().await.unwrap().is_empty(),
+        "the fence stayed"
+    );
+    assert!(!store.fences.clean_in_progress(addr).await.unwrap());
     assert_eq!(app.press(&s).await.clicks(), 2);
 }
 

@@ -37,17 +37,18 @@ async fn the_placement_script_and_the_plain_read_agree_on_every_bucket() {
         let id = format!("{tag}-{i}-é");
         app.ctx
             .store
+            .sessions
             .place(&id, i, now_ms() + 60_000, None, None)
             .await
             .unwrap();
-        let mapping = app.ctx.store.lookup(&id).await.unwrap();
+        let mapping = app.ctx.store.sessions.lookup(&id).await.unwrap();
         assert_eq!(mapping.map(|m| m.base), Some(i), "{id}");
     }
-    let buckets = keys(app.ctx.store.prefix(), "mappings:").await;
+    let buckets = keys(app.ctx.store.core().prefix(), "mappings:").await;
     assert!(buckets.len() > 150, "200 ids in {} buckets", buckets.len());
 }
 
-/// Placements asked for at once go to Redis in batches (store/placement.rs);
+/// Placements asked for at once go to Redis in batches (store/sessions/placement.rs);
 /// each must still be decided as if it ran alone, one after another.
 #[tokio::test]
 async fn placements_asked_for_at_once_are_decided_one_after_another() {
@@ -59,7 +60,10 @@ async fn placements_asked_for_at_once_are_decided_one_after_another() {
         let placements = ids.into_iter().map(|id| {
             let store = store.clone();
             async move {
-                let placed = store.place(&id, 0, now_ms() + 60_000, None, None).await;
+                let placed = store
+                    .sessions
+                    .place(&id, 0, now_ms() + 60_000, None, None)
+                    .await;
                 match placed.unwrap() {
                     Placed::Placed(placement) => placement,
                     other => panic!("{id}: {other:?}"),
@@ -72,7 +76,12 @@ async fn placements_asked_for_at_once_are_decided_one_after_another() {
         let listed = app.nodes().await;
         let mut counts = Vec::new();
         for node in &nodes {
-            let indexed = store.node_sessions(&node.address).await.unwrap().len();
+            let indexed = store
+                .sessions
+                .node_sessions(&node.address)
+                .await
+                .unwrap()
+                .len();
             let counted = listed
                 .iter()
                 .find(|n| n["address"] == node.address.as_str())
@@ -105,9 +114,14 @@ async fn a_sweep_leaves_no_mapping_or_index_behind() {
     let tag = unique("swept");
     for i in 0..50 {
         let id = format!("{tag}-{i}");
-        app.ctx.store.place(&id, 0, 1, None, None).await.unwrap();
+        app.ctx
+            .store
+            .sessions
+            .place(&id, 0, 1, None, None)
+            .await
+            .unwrap();
     }
-    let prefix = app.ctx.store.prefix().to_owned();
+    let prefix = app.ctx.store.core().prefix().to_owned();
     assert!(!keys(&prefix, "due:").await.is_empty());
     let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
     assert_eq!(report.unmapped, 50, "{report:?}");
@@ -121,24 +135,37 @@ async fn an_old_index_entry_does_not_end_a_session_placed_anew() {
     let nodes = start_nodes(&app, 1, false).await;
     let id = unique("anew");
     let store = &app.ctx.store;
-    store.place(&id, 0, 1, None, None).await.unwrap();
+    store.sessions.place(&id, 0, 1, None, None).await.unwrap();
     // Its node failed (as a press saw it): placed anew, to live an hour.
     store
+        .sessions
         .place(&id, 7, now_ms() + 3_600_000, Some(&nodes[0].address), None)
         .await
         .unwrap();
     let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
     assert_eq!(report.unmapped, 0, "{report:?}");
-    let mapping = store.lookup(&id).await.unwrap().expect("still mapped");
+    let mapping = store
+        .sessions
+        .lookup(&id)
+        .await
+        .unwrap()
+        .expect("still mapped");
     assert_eq!(mapping.base, 7);
     // The stale entry was replaced by the live one: one index, one entry.
-    let indexes = keys(store.prefix(), "due:").await;
+    let indexes = keys(store.core().prefix(), "due:").await;
     assert_eq!(
         indexes.len(),
         1,
         "the node's index in one group: {indexes:?}"
     );
-    assert_eq!(store.node_sessions(&nodes[0].address).await.unwrap(), [id]);
+    assert_eq!(
+        store
+            .sessions
+            .node_sessions(&nodes[0].address)
+            .await
+            .unwrap(),
+        [id]
+    );
 }
 
 #[tokio::test]
@@ -149,7 +176,7 @@ async fn removing_a_node_takes_its_mappings_and_indexes_along() {
     for i in 0..20 {
         assert_eq!(app.press(&format!("{tag}-{i}")).await.status, 200);
     }
-    let prefix = app.ctx.store.prefix().to_owned();
+    let prefix = app.ctx.store.core().prefix().to_owned();
     assert!(!keys(&prefix, "mappings:").await.is_empty());
     app.remove_node(&nodes[0].address).await;
     assert_eq!(keys(&prefix, "due:").await, Vec::<String>::new());
@@ -162,7 +189,15 @@ async fn a_node_number_is_never_given_to_another_address() {
     let nodes = start_nodes(&app, 2, false).await;
     let number = |address: String| {
         let store = app.ctx.store.clone();
-        async move { store.get_node(&address).await.unwrap().unwrap().number }
+        async move {
+            store
+                .nodes
+                .get_node(&address)
+                .await
+                .unwrap()
+                .unwrap()
+                .number
+        }
     };
     let first = number(nodes[0].address.clone()).await;
     let second = number(nodes[1].address.clone()).await;
@@ -221,7 +256,7 @@ async fn active_sessions(app: &common::TestApp, address: &str) -> Option<u64> {
 /// Writes `id`'s mapping to node `number`, base 0, ending at `exp`, as
 /// every release writes it; returns its group.
 async fn write_mapping(
-    store: &nodes_control::store::SessionStore,
+    store: &nodes_control::store::Store,
     id: &str,
     number: u64,
     exp: i64,
@@ -230,7 +265,7 @@ async fn write_mapping(
     let group = bucket[..2].to_owned();
     let _: i64 = on_owner(
         redis::cmd("HSET")
-            .arg(store.group_key(&group, &["mappings", &bucket]))
+            .arg(store.core().group_key(&group, &["mappings", &bucket]))
             .arg(id)
             .arg(format!("{number}:0:{exp}")),
     )
@@ -251,7 +286,7 @@ async fn an_entry_whose_mapping_is_gone_is_dropped_and_not_counted() {
         } else {
             now_ms() + 60_000
         };
-        store.place(id, 0, exp, None, None).await.unwrap();
+        store.sessions.place(id, 0, exp, None, None).await.unwrap();
     }
     // The first two lose their mappings behind their list entries (as a
     // session moved off a failed node leaves its entry there, a stray).
@@ -259,7 +294,7 @@ async fn an_entry_whose_mapping_is_gone_is_dropped_and_not_counted() {
         let bucket = bucket_of(id);
         let _: i64 = on_owner(
             redis::cmd("HDEL")
-                .arg(store.group_key(&bucket[..2], &["mappings", &bucket]))
+                .arg(store.core().group_key(&bucket[..2], &["mappings", &bucket]))
                 .arg(id),
         )
         .await;
@@ -267,7 +302,7 @@ async fn an_entry_whose_mapping_is_gone_is_dropped_and_not_counted() {
     let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
     assert_eq!(report.unmapped, 0, "{report:?}");
     assert_eq!(
-        store.node_sessions(address).await.unwrap(),
+        store.sessions.node_sessions(address).await.unwrap(),
         [ids[2].clone()]
     );
     assert_eq!(active_sessions(&app, address).await, Some(1));
@@ -283,36 +318,43 @@ async fn a_session_that_ended_behind_longer_lived_ones_is_swept() {
     // lowered, or whose clock is behind) that has already ended.
     let ids = ids_of_one_group(&unique("behind"), 3);
     store
+        .sessions
         .place(&ids[0], 0, now_ms() + 3_600_000, None, None)
         .await
         .unwrap();
     store
+        .sessions
         .place(&ids[1], 0, now_ms() + 3_600_000, None, None)
         .await
         .unwrap();
     store
+        .sessions
         .place(&ids[2], 0, now_ms() - 1, None, None)
         .await
         .unwrap();
 
     let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
     assert_eq!(report.unmapped, 1, "{report:?}");
-    assert_eq!(store.lookup(&ids[2]).await.unwrap(), None);
-    let mut listed = store.node_sessions(&nodes[0].address).await.unwrap();
+    assert_eq!(store.sessions.lookup(&ids[2]).await.unwrap(), None);
+    let mut listed = store
+        .sessions
+        .node_sessions(&nodes[0].address)
+        .await
+        .unwrap();
     listed.sort();
     assert_eq!(listed, [ids[0].clone(), ids[1].clone()]);
 }
 
 /// The entries of a node's list in the group of `id`, as Redis holds them.
-async fn list_entries(
-    store: &nodes_control::store::SessionStore,
-    id: &str,
-    number: u64,
-) -> Vec<String> {
+async fn list_entries(store: &nodes_control::store::Store, id: &str, number: u64) -> Vec<String> {
     let bucket = bucket_of(id);
     on_owner(
         redis::cmd("LRANGE")
-            .arg(store.group_key(&bucket[..2], &["due", &number.to_string()]))
+            .arg(
+                store
+                    .core()
+                    .group_key(&bucket[..2], &["due", &number.to_string()]),
+            )
             .arg(0)
             .arg(-1),
     )
@@ -325,6 +367,7 @@ async fn each_list_entry_carries_its_sessions_end_so_the_walk_reads_the_list_alo
     let nodes = start_nodes(&app, 1, false).await;
     let store = &app.ctx.store;
     let number = store
+        .nodes
         .get_node(&nodes[0].address)
         .await
         .unwrap()
@@ -333,7 +376,7 @@ async fn each_list_entry_carries_its_sessions_end_so_the_walk_reads_the_list_alo
     let ids = ids_of_one_group(&unique("dated"), 2);
     let exp = now_ms() + 60_000;
     for id in &ids {
-        store.place(id, 0, exp, None, None).await.unwrap();
+        store.sessions.place(id, 0, exp, None, None).await.unwrap();
     }
     let expected: Vec<String> = ids.iter().map(|id| format!("{exp}\t{id}")).collect();
     assert_eq!(list_entries(store, &ids[0], number).await, expected);
@@ -343,6 +386,7 @@ async fn each_list_entry_carries_its_sessions_end_so_the_walk_reads_the_list_alo
     write_mapping(store, &ids[0], number, now_ms() - 1_000).await;
     assert_eq!(
         store
+            .sessions
             .expiring(&nodes[0].address, now_ms(), 100)
             .await
             .unwrap(),
@@ -363,19 +407,24 @@ async fn a_clean_of_more_sessions_than_one_script_names_unmaps_and_rebases_every
     let tag = unique("slices");
     let ids: Vec<String> = (0..1_300).map(|i| format!("{tag}-{i}")).collect();
     let exp = now_ms() + 60_000;
-    futures::future::join_all(ids.iter().map(|id| store.place(id, 0, exp, None, None)))
-        .await
-        .into_iter()
-        .for_each(|placed| assert!(matches!(placed.unwrap(), Placed::Placed(_))));
+    futures::future::join_all(
+        ids.iter()
+            .map(|id| store.sessions.place(id, 0, exp, None, None)),
+    )
+    .await
+    .into_iter()
+    .for_each(|placed| assert!(matches!(placed.unwrap(), Placed::Placed(_))));
     let (leaving, staying) = ids.split_at(700);
     let rebased: Vec<(String, i64)> = staying.iter().map(|id| (id.clone(), 5)).collect();
     let (leaving, rebased) = (&leaving, &rebased);
     let (first, again) = common::under_node_lock(store, address, |lock| async move {
         let first = store
+            .sessions
             .apply_clean(lock.lock(), address, leaving, rebased)
             .await
             .unwrap();
         let again = store
+            .sessions
             .apply_clean(lock.lock(), address, leaving, rebased)
             .await
             .unwrap();
@@ -384,19 +433,19 @@ async fn a_clean_of_more_sessions_than_one_script_names_unmaps_and_rebases_every
     .await;
     assert_eq!((first, again), (700, 0));
     for id in leaving.iter() {
-        assert_eq!(store.lookup(id).await.unwrap(), None, "{id}");
+        assert_eq!(store.sessions.lookup(id).await.unwrap(), None, "{id}");
     }
     for id in staying {
         assert_eq!(
-            store.lookup(id).await.unwrap().map(|m| m.base),
+            store.sessions.lookup(id).await.unwrap().map(|m| m.base),
             Some(5),
             "{id}"
         );
     }
-    let node = store.get_node(address).await.unwrap().unwrap();
+    let node = store.nodes.get_node(address).await.unwrap().unwrap();
     assert_eq!(node.active_sessions, 600);
     let mut listed = Vec::new();
-    for key in keys(store.prefix(), "due:").await {
+    for key in keys(store.core().prefix(), "due:").await {
         let entries: Vec<String> = on_owner(redis::cmd("LRANGE").arg(&key).arg(0).arg(-1)).await;
         listed.extend(entries);
     }
@@ -421,16 +470,27 @@ async fn a_walk_that_reads_on_in_one_group_keeps_the_cluster_slot_map() {
     let ids = ids_of_one_group(&unique("reads-on"), 80);
     let ended = now_ms() - 1_000;
     for id in &ids {
-        store.place(id, 0, ended, None, None).await.unwrap();
+        store
+            .sessions
+            .place(id, 0, ended, None, None)
+            .await
+            .unwrap();
     }
     for _ in 0..2 {
-        let mut found = store.expiring(address, now_ms(), 1_000).await.unwrap();
+        let mut found = store
+            .sessions
+            .expiring(address, now_ms(), 1_000)
+            .await
+            .unwrap();
         found.sort();
         let mut expected = ids.clone();
         expected.sort();
         assert_eq!(found, expected);
         if testkit::redis_servers().len() > 1 {
-            assert!(store.knows_slot_map(), "the walk forgot the slot map");
+            assert!(
+                store.core().knows_slot_map(),
+                "the walk forgot the slot map"
+            );
         }
     }
 }
@@ -446,7 +506,7 @@ async fn a_clean_all_node_with_300_000_live_sessions_is_rebased_in_slices_that_e
     let nodes = start_nodes(&app, 1, false).await;
     let store = &app.ctx.store;
     let address = nodes[0].address.as_str();
-    let number = store.get_node(address).await.unwrap().unwrap().number;
+    let number = store.nodes.get_node(address).await.unwrap().unwrap().number;
     let tag = unique("rebase-all");
     let ids: Vec<String> = (0..300_000).map(|i| format!("{tag}-{i}")).collect();
     // Their mappings, written group by group (a script stays in one slot).
@@ -468,7 +528,7 @@ async fn a_clean_all_node_with_300_000_live_sessions_is_rebased_in_slices_that_e
              return 1",
         )
         .arg(1)
-        .arg(store.group_key(group, &["mappings", ""]))
+        .arg(store.core().group_key(group, &["mappings", ""]))
         .arg(format!("{number}:0:{exp}"));
         for id in members {
             cmd.arg(id.as_str());
@@ -478,13 +538,16 @@ async fn a_clean_all_node_with_300_000_live_sessions_is_rebased_in_slices_that_e
     let rebased: Vec<(String, i64)> = ids.iter().map(|id| (id.clone(), 3)).collect();
     let rebased = &rebased;
     let outcome = common::under_node_lock(store, address, |lock| async move {
-        store.apply_clean(lock.lock(), address, &[], rebased).await
+        store
+            .sessions
+            .apply_clean(lock.lock(), address, &[], rebased)
+            .await
     })
     .await;
     assert_eq!(outcome.unwrap(), 0, "nothing leaves, everything re-based");
     for id in ids.iter().step_by(997) {
         assert_eq!(
-            store.lookup(id).await.unwrap().map(|m| m.base),
+            store.sessions.lookup(id).await.unwrap().map(|m| m.base),
             Some(3),
             "{id}"
         );
@@ -504,15 +567,15 @@ async fn a_node_closed_to_new_sessions_gets_none_even_from_a_view_that_still_off
     let (closed, open) = (nodes[0].address.as_str(), nodes[1].address.as_str());
     let store = &app.ctx.store;
     // Another replica, whose view, once read, serves for the whole test.
-    let other = nodes_control::store::SessionStore::connect(&common::redis_url(), store.prefix())
+    let other = nodes_control::store::Store::connect(&common::redis_url(), store.core().prefix())
         .unwrap()
         .with_view_ttl(Duration::from_secs(600));
     let tag = unique("closed");
     let exp = now_ms() + 60_000;
-    let place = |store: &nodes_control::store::SessionStore, id: String| {
+    let place = |store: &nodes_control::store::Store, id: String| {
         let store = store.clone();
         async move {
-            match store.place(&id, 0, exp, None, None).await.unwrap() {
+            match store.sessions.place(&id, 0, exp, None, None).await.unwrap() {
                 Placed::Placed(placement) => placement.mapping.node,
                 other => panic!("{id}: {other:?}"),
             }
@@ -522,15 +585,17 @@ async fn a_node_closed_to_new_sessions_gets_none_even_from_a_view_that_still_off
     place(&other, format!("{tag}-first")).await;
 
     store
+        .nodes
         .set_node_state(closed, NodeState::Draining, &[])
         .await
         .unwrap();
-    store.close_to_new_sessions(closed).await.unwrap();
+    store.sessions.close_to_new_sessions(closed).await.unwrap();
     let placed =
         futures::future::join_all((0..20).map(|i| place(&other, format!("{tag}-a{i}")))).await;
     assert!(placed.iter().all(|node| node == open), "{placed:?}");
 
     store
+        .nodes
         .set_node_state(closed, NodeState::Up, &[])
         .await
         .unwrap();
@@ -549,10 +614,15 @@ async fn a_node_up_but_closed_to_new_sessions_is_opened_by_the_next_sweep() {
     let nodes = start_nodes(&app, 2, false).await;
     let stuck = nodes[0].address.as_str();
     let store = &app.ctx.store;
-    let number = store.get_node(stuck).await.unwrap().unwrap().number;
-    store.close_to_new_sessions(stuck).await.unwrap();
+    let number = store.nodes.get_node(stuck).await.unwrap().unwrap().number;
+    store.sessions.close_to_new_sessions(stuck).await.unwrap();
     // A single Redis keeps no closing: its placement reads `placeable`.
-    let cluster = store.closed_numbers().await.unwrap().contains(&number);
+    let cluster = store
+        .sessions
+        .closed_numbers()
+        .await
+        .unwrap()
+        .contains(&number);
     let tag = unique("reopen");
     let exp = now_ms() + 60_000;
     let tag = &tag;
@@ -560,7 +630,7 @@ async fn a_node_up_but_closed_to_new_sessions_is_opened_by_the_next_sweep() {
         futures::future::join_all((0..20).map(move |i| {
             let id = format!("{tag}-{round}{i}");
             async move {
-                match store.place(&id, 0, exp, None, None).await.unwrap() {
+                match store.sessions.place(&id, 0, exp, None, None).await.unwrap() {
                     Placed::Placed(placement) => placement.mapping.node,
                     other => panic!("{id}: {other:?}"),
                 }
@@ -576,12 +646,23 @@ async fn a_node_up_but_closed_to_new_sessions_is_opened_by_the_next_sweep() {
     // when this one tries (it then leaves the node to the next sweep).
     for _ in 0..10 {
         app.sweeper.sweep_once(now_ms()).await.unwrap();
-        if !store.closed_numbers().await.unwrap().contains(&number) {
+        if !store
+            .sessions
+            .closed_numbers()
+            .await
+            .unwrap()
+            .contains(&number)
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(!store.closed_numbers().await.unwrap().contains(&number));
+    assert!(!store
+        .sessions
+        .closed_numbers()
+        .await
+        .unwrap()
+        .contains(&number));
     // The view is read again (at most 50 ms old) and the node is the
     // least loaded: it takes sessions.
     tokio::time::sleep(Duration::from_millis(60)).await;

@@ -284,15 +284,15 @@ pub async fn start_nodes(app: &TestApp, n: usize, clean_all: bool) -> Vec<TestNo
 /// test plays of a cleaner (a fence, a journal, an unmap) is written with
 /// the lock's token, as the cleaner's writes are.
 pub async fn under_node_lock<T, Fut>(
-    store: &nodes_control::store::SessionStore,
+    store: &nodes_control::store::Store,
     addr: &str,
-    work: impl FnOnce(nodes_control::store::lock::NodeLock) -> Fut,
+    work: impl FnOnce(nodes_control::store::NodeLock) -> Fut,
 ) -> T
 where
     Fut: std::future::Future<Output = T>,
 {
-    nodes_control::store::lock::with_node_lock(
-        store,
+    nodes_control::store::with_node_lock(
+        &store.locks,
         addr,
         Duration::from_secs(15),
         || -> nodes_control::store::StoreError { panic!("the node {addr} stayed locked") },

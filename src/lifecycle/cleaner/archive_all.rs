@@ -5,8 +5,8 @@
 use tracing::{info, warn};
 
 use super::{CleanError, NodeCleaner};
-use crate::store::lock::NodeLock;
 use crate::store::FenceReason;
+use crate::store::NodeLock;
 
 impl NodeCleaner {
     /// After Redis forgot everything (design.md §4.12): under the fence, a node

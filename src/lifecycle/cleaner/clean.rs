@@ -11,8 +11,8 @@ use tracing::{info, warn};
 use super::fenced::Fenced;
 use super::{CleanError, CleanReport, NodeCleaner};
 use crate::nodes::{CleanOutcome, NodeCallError};
-use crate::store::lock::{NodeLock, LOCK_WAIT};
 use crate::store::{FenceReason, Journal, NodeState, StoreError};
+use crate::store::{NodeLock, LOCK_WAIT};
 
 impl NodeCleaner {
     /// Archives the expired sessions `ids` of a node and unmaps them; the
@@ -30,7 +30,7 @@ impl NodeCleaner {
             // Re-read under the lock: another replica (or a press of ours)
             // may have done it, and the session may have been placed anew
             // since, on this very node; a live session is not archived.
-            let placements = this.store.placements_of(&ids).await?;
+            let placements = this.store.sessions.placements_of(&ids).await?;
             let leaving: Vec<String> = ids
                 .iter()
                 .zip(placements)
@@ -45,7 +45,7 @@ impl NodeCleaner {
                 return Ok(CleanReport::default());
             }
             let expired = leaving.len();
-            let report = match this.store.get_node(addr).await?.map(|n| n.state) {
+            let report = match this.store.nodes.get_node(addr).await?.map(|n| n.state) {
                 Some(NodeState::Up | NodeState::Draining) => {
                     this.fenced_clean(&lock, leaving, true).await?
                 }
@@ -59,6 +59,7 @@ impl NodeCleaner {
                 None => CleanReport {
                     unmapped: this
                         .store
+                        .sessions
                         .apply_clean(lock.lock(), addr, &leaving, &[])
                         .await?,
                     ..CleanReport::default()
@@ -87,8 +88,8 @@ impl NodeCleaner {
         } else {
             // Before its indexes are read: a replica's view may offer it
             // still (a failover closes it itself).
-            self.store.close_to_new_sessions(addr).await?;
-            let leaving = self.store.node_sessions(addr).await?;
+            self.store.sessions.close_to_new_sessions(addr).await?;
+            let leaving = self.store.sessions.node_sessions(addr).await?;
             match self.fenced_clean(lock, leaving, false).await {
                 Err(CleanError::Node { source, .. }) if source.is_unreachable() => {
                     // The node failed and was failed over under the fence.
@@ -100,7 +101,7 @@ impl NodeCleaner {
                 other => other?,
             }
         };
-        self.store.delete_node(addr).await?;
+        self.store.nodes.delete_node(addr).await?;
         Ok(report)
     }
 
@@ -117,7 +118,7 @@ impl NodeCleaner {
         // A clean left unsettled (its journal and fence stay up) is
         // finished by the sweep first: a new fence or journal over it
         // would orphan what the node archived under its token.
-        if self.store.journal(addr).await?.is_some() {
+        if self.store.fences.journal(addr).await?.is_some() {
             return Err(CleanError::Busy {
                 node: addr.to_owned(),
             });
@@ -137,7 +138,7 @@ impl NodeCleaner {
         let (lock, addr) = (fence.lock(), fence.node());
         // The node may have failed while we waited for the acks: a failed
         // node is never asked to archive (its counts are stale).
-        if self.store.get_node(addr).await?.map(|n| n.state) == Some(NodeState::Down) {
+        if self.store.nodes.get_node(addr).await?.map(|n| n.state) == Some(NodeState::Down) {
             return Ok(CleanReport {
                 unmapped: self.move_sessions_off(fence).await?,
                 ..CleanReport::default()
@@ -150,7 +151,12 @@ impl NodeCleaner {
             leaving,
             selective,
         };
-        if !self.store.put_journal(lock.lock(), addr, &journal).await? {
+        if !self
+            .store
+            .fences
+            .put_journal(lock.lock(), addr, &journal)
+            .await?
+        {
             self.archive.revoke_token(generation).await?;
             return Err(CleanError::Busy {
                 node: addr.to_owned(),
@@ -185,6 +191,7 @@ impl NodeCleaner {
         let (lock, addr) = (fence.lock(), fence.node());
         let report = self.fold_and_apply(fence, journal, outcome).await?;
         self.store
+            .fences
             .end_journal(lock.lock(), addr, journal.seq, Some(generation as u64))
             .await?;
         info!(node = %addr, unmapped = report.unmapped, rebased = report.rebased, generation, "node cleaned");
@@ -208,7 +215,7 @@ impl NodeCleaner {
     ) -> CleanError {
         let (lock, addr) = (fence.lock(), fence.node());
         let handled = async {
-            lock.lock().check_held(&self.store).await?;
+            lock.lock().check_held(&self.store.locks).await?;
             self.archive.revoke_token(journal.generation).await?;
             if source.is_unreachable() {
                 warn!(node = %addr, error = %source, "node did not answer its clean; declaring it down");
@@ -217,6 +224,7 @@ impl NodeCleaner {
                 self.move_sessions_off(fence).await?;
             }
             self.store
+                .fences
                 .end_journal(lock.lock(), addr, journal.seq, None)
                 .await?;
             Ok::<_, CleanError>(())
@@ -254,6 +262,7 @@ impl NodeCleaner {
             }
             let unmapped = self
                 .store
+                .sessions
                 .apply_clean(lock.lock(), addr, &journal.leaving, &[])
                 .await?;
             return Ok(CleanReport {
@@ -264,7 +273,7 @@ impl NodeCleaner {
         }
         let (folded_ids, cleaned_all) = match outcome {
             CleanOutcome::Only(_) => (journal.leaving.clone(), false),
-            CleanOutcome::All => (self.store.node_sessions(addr).await?, true),
+            CleanOutcome::All => (self.store.sessions.node_sessions(addr).await?, true),
         };
         let totals = self.archive.fold(&folded_ids).await?;
         let leaving: HashSet<&String> = journal.leaving.iter().collect();
@@ -280,6 +289,7 @@ impl NodeCleaner {
         };
         let unmapped = self
             .store
+            .sessions
             .apply_clean(lock.lock(), addr, &journal.leaving, &rebased)
             .await?;
         Ok(CleanReport {
@@ -306,18 +316,18 @@ impl NodeCleaner {
         self.locked(addr, Duration::ZERO, move |this, lock| async move {
             let addr = lock.node().to_owned();
             // Which Redis holds the journal's fence: read first (Fenced).
-            let server = this.store.server_id().await.ok();
-            let Some(journal) = this.store.journal(&addr).await? else {
+            let server = this.store.replicas.server_id().await.ok();
+            let Some(journal) = this.store.fences.journal(&addr).await? else {
                 // None, or one that does not parse (deleted here, or the
                 // fence it keeps would never come down).
-                this.store.end_journal(lock.lock(), &addr, seq, None).await?;
-                this.store.lower_fence(&addr, seq).await?;
+                this.store.fences.end_journal(lock.lock(), &addr, seq, None).await?;
+                this.store.fences.lower_fence(&addr, seq).await?;
                 return Ok(false);
             };
             // The journal's fence, up since its cleaner stopped: this
             // operation's now.
             let fence = Fenced::adopt(&this, &lock, journal.seq, server);
-            let state = this.store.get_node(&addr).await?.map(|n| n.state);
+            let state = this.store.nodes.get_node(&addr).await?.map(|n| n.state);
             let report = match journal.generation {
                 // Failed (or gone) since: it is never asked to archive, and
                 // what it wrote under the token is revoked with its others.
@@ -326,7 +336,7 @@ impl NodeCleaner {
                         Some(_) => this.move_sessions_off(&fence).await?,
                         None => 0,
                     };
-                    this.store.end_journal(lock.lock(), &addr, journal.seq, None).await?;
+                    this.store.fences.end_journal(lock.lock(), &addr, journal.seq, None).await?;
                     CleanReport {
                         unmapped,
                         ..CleanReport::default()
@@ -339,14 +349,14 @@ impl NodeCleaner {
                 generation if this.archive.token_revoked(generation).await? => {
                     this.declare_down(&lock, "an interrupted clean was given up").await?;
                     let unmapped = this.move_sessions_off(&fence).await?;
-                    this.store.end_journal(lock.lock(), &addr, journal.seq, None).await?;
+                    this.store.fences.end_journal(lock.lock(), &addr, journal.seq, None).await?;
                     CleanReport {
                         unmapped,
                         ..CleanReport::default()
                     }
                 }
                 generation => {
-                    lock.lock().check_held(&this.store).await?;
+                    lock.lock().check_held(&this.store.locks).await?;
                     let only = journal.selective.then_some(journal.leaving.as_slice());
                     match this.client.clean(&addr, true, only, Some(generation)).await {
                         Ok(outcome) => this.settle(&fence, &journal, generation, outcome).await?,
@@ -366,7 +376,7 @@ impl NodeCleaner {
             };
             fence.lower().await;
             if journal.seq != seq {
-                this.store.lower_fence(&addr, seq).await?;
+                this.store.fences.lower_fence(&addr, seq).await?;
             }
             warn!(node = %addr, unmapped = report.unmapped, rebased = report.rebased, "finished an interrupted clean");
             Ok(true)

@@ -5,8 +5,8 @@ use tracing::warn;
 
 use super::fenced::Fenced;
 use super::{CleanError, NodeCleaner, Wiped};
-use crate::store::lock::{NodeLock, LOCK_WAIT};
 use crate::store::{FenceReason, NodeState};
+use crate::store::{NodeLock, LOCK_WAIT};
 
 impl NodeCleaner {
     /// A node was declared down: once every replica has stopped pressing it
@@ -15,7 +15,14 @@ impl NodeCleaner {
     /// (design.md §4.5, §4.10). Returns the sessions moved. Idempotent.
     pub async fn fail_over(&self, addr: &str) -> Result<usize, CleanError> {
         self.locked(addr, LOCK_WAIT, |this, lock| async move {
-            if this.store.get_node(lock.node()).await?.map(|n| n.state) != Some(NodeState::Down) {
+            if this
+                .store
+                .nodes
+                .get_node(lock.node())
+                .await?
+                .map(|n| n.state)
+                != Some(NodeState::Down)
+            {
                 return Ok(0); // recovered (and wiped) or removed meanwhile
             }
             this.fail_over_locked(&lock).await
@@ -27,8 +34,8 @@ impl NodeCleaner {
     pub(super) async fn fail_over_locked(&self, lock: &NodeLock) -> Result<usize, CleanError> {
         let addr = lock.node();
         // Before its indexes are read: a replica's view may offer it still.
-        self.store.close_to_new_sessions(addr).await?;
-        if self.store.node_sessions(addr).await?.is_empty() {
+        self.store.sessions.close_to_new_sessions(addr).await?;
+        if self.store.sessions.node_sessions(addr).await?.is_empty() {
             // Nothing left to move, but what the node may still archive
             // must stay fenced out all the same.
             let below = self.archive.wipe_token().await?;
@@ -46,7 +53,12 @@ impl NodeCleaner {
         let (lock, addr) = (fence.lock(), fence.node());
         let below = self.archive.wipe_token().await?;
         let revoked = self.fence_out(lock, below).await?;
-        let moved = self.store.unmap_node(lock.lock(), addr).await?.len();
+        let moved = self
+            .store
+            .sessions
+            .unmap_node(lock.lock(), addr)
+            .await?
+            .len();
         warn!(node = %addr, sessions = moved, tokens_revoked = revoked, "failed node's sessions moved off it");
         metrics::counter!("nodes_control_sessions_failed_over_total").increment(moved as u64);
         Ok(moved)
@@ -64,8 +76,8 @@ impl NodeCleaner {
             // later operation, whose token is newer.
             let token = self.archive.wipe_token().await?;
             self.fence_out(lock, token).await?;
-            let dropped = self.store.unmap_node(lock.lock(), addr).await?;
-            lock.lock().check_held(&self.store).await?;
+            let dropped = self.store.sessions.unmap_node(lock.lock(), addr).await?;
+            lock.lock().check_held(&self.store.locks).await?;
             let selective = self
                 .client
                 .wipe(addr, Some(token))
@@ -74,7 +86,7 @@ impl NodeCleaner {
                     node: addr.to_owned(),
                     source,
                 })?;
-            self.store.set_node_epoch(addr, token as u64).await?;
+            self.store.nodes.set_node_epoch(addr, token as u64).await?;
             Ok(Wiped {
                 dropped: dropped.len(),
                 selective,

@@ -9,8 +9,8 @@ use std::time::Duration;
 use tracing::warn;
 
 use super::{CleanError, NodeCleaner, FENCING_ACK_WAIT, FENCING_SILENCE};
-use crate::store::lock::{NodeLock, LOCK_TTL_MS};
 use crate::store::FenceReason;
+use crate::store::{NodeLock, LOCK_TTL_MS};
 
 /// A node operation in progress under its fence: the node's lock and the
 /// fence that every live replica acknowledged. Whatever moves sessions off
@@ -24,7 +24,7 @@ pub(super) struct Fenced<'a> {
     cleaner: &'a NodeCleaner,
     lock: &'a NodeLock,
     seq: u64,
-    /// The Redis that holds the fence (`SessionStore::server_id`), when
+    /// The Redis that holds the fence (`Store::server_id`), when
     /// known: a retried lower stops once another server answers, which
     /// may have handed this fence's number to a newer operation.
     server: Option<String>,
@@ -34,7 +34,7 @@ pub(super) struct Fenced<'a> {
 impl<'a> Fenced<'a> {
     /// The fence a journal left up (sequence `seq`), taken over under the
     /// node's lock by the operation that finishes the journal; `server`
-    /// (`SessionStore::server_id`) read before the journal was.
+    /// (`Store::server_id`) read before the journal was.
     pub(super) fn adopt(
         cleaner: &'a NodeCleaner,
         lock: &'a NodeLock,
@@ -63,12 +63,18 @@ impl<'a> Fenced<'a> {
     }
 
     /// Lowers the fence now (Redis keeps it up over a journal written under
-    /// it: `SessionStore::lower_fence`). If Redis does not answer, it is
+    /// it: `Store::lower_fence`). If Redis does not answer, it is
     /// tried again in the background: a fence left up holds the node's
     /// presses until its deadline.
     pub(super) async fn lower(mut self) {
         self.lowered = true;
-        if let Err(error) = self.cleaner.store.lower_fence(self.node(), self.seq).await {
+        if let Err(error) = self
+            .cleaner
+            .store
+            .fences
+            .lower_fence(self.node(), self.seq)
+            .await
+        {
             warn!(node = %self.node(), %error, "could not lower a fence; trying again in the background");
             self.cleaner
                 .lower_later(self.node(), self.seq, self.server.take());
@@ -100,7 +106,7 @@ impl NodeCleaner {
     ) -> Result<Fenced<'a>, CleanError> {
         // Read before the raise: if Redis changes in between, the fence is
         // on a server this does not name, and is left to the sweep.
-        let server = self.store.server_id().await.ok();
+        let server = self.store.replicas.server_id().await.ok();
         let started = std::time::Instant::now();
         let raised = self.raise_and_wait_acks(lock, reason, token_first).await;
         let outcome = if raised.is_ok() { "acked" } else { "failed" };
@@ -125,6 +131,7 @@ impl NodeCleaner {
         let addr = lock.node();
         let seq = self
             .store
+            .fences
             .raise_fence(
                 lock.lock(),
                 addr,
@@ -147,14 +154,14 @@ impl NodeCleaner {
                 false => Duration::ZERO,
             };
             let silence = if fencing { prompt } else { self.liveness };
-            let live = self.store.live_replicas(silence).await?;
-            let acks = self.store.fence_acks(addr, seq).await?;
+            let live = self.store.replicas.live_replicas(silence).await?;
+            let acks = self.store.fences.fence_acks(addr, seq).await?;
             let missing: Vec<String> = live.into_iter().filter(|r| !acks.contains(r)).collect();
             if missing.is_empty() {
                 return Ok(seq);
             }
             if tokio::time::Instant::now() >= deadline {
-                self.store.lower_fence(addr, seq).await?;
+                self.store.fences.lower_fence(addr, seq).await?;
                 return Err(CleanError::FenceTimeout {
                     node: addr.to_owned(),
                     missing,
@@ -180,9 +187,9 @@ impl NodeCleaner {
         self.detached.spawn(async move {
             let give_up = tokio::time::Instant::now() + Duration::from_millis(LOCK_TTL_MS);
             while tokio::time::Instant::now() < give_up {
-                match store.server_id().await {
+                match store.replicas.server_id().await {
                     Ok(now) if now == server => {
-                        if store.lower_fence(&addr, seq).await.is_ok() {
+                        if store.fences.lower_fence(&addr, seq).await.is_ok() {
                             return;
                         }
                     }

@@ -36,8 +36,8 @@ use super::down::record_marked_down;
 use crate::archive::events::Actor;
 use crate::archive::{Archive, ArchiveError};
 use crate::nodes::{NodeCallError, NodeClient, NodeTable};
-use crate::store::lock::NodeLock;
-use crate::store::{NodeState, SessionStore, StoreError};
+use crate::store::NodeLock;
+use crate::store::{NodeState, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CleanError {
@@ -94,7 +94,7 @@ pub const FENCING_ACK_WAIT: Duration = Duration::from_secs(1);
 
 #[derive(Clone)]
 pub struct NodeCleaner {
-    store: SessionStore,
+    store: Store,
     archive: Archive,
     client: NodeClient,
     table: Arc<NodeTable>,
@@ -114,7 +114,7 @@ impl NodeCleaner {
     /// `silence`: how long a replica may be silent and still be pressing a
     /// node (a press's timeout plus how long it trusts its cache).
     pub fn new(
-        store: SessionStore,
+        store: Store,
         archive: Archive,
         client: NodeClient,
         table: Arc<NodeTable>,
@@ -134,7 +134,7 @@ impl NodeCleaner {
         }
     }
 
-    pub fn store(&self) -> &SessionStore {
+    pub fn store(&self) -> &Store {
         &self.store
     }
 
@@ -166,7 +166,7 @@ impl NodeCleaner {
         let this = self.clone();
         self.detached
             .under_node_lock(
-                self.store.clone(),
+                self.store.locks.clone(),
                 addr.to_owned(),
                 wait,
                 busy,
@@ -186,16 +186,17 @@ impl NodeCleaner {
     pub async fn reopen(&self, addr: &str) -> Result<bool, CleanError> {
         self.locked(addr, Duration::ZERO, move |this, lock| async move {
             let addr = lock.node();
-            if this.store.get_node(addr).await?.map(|n| n.state) != Some(NodeState::Up) {
+            if this.store.nodes.get_node(addr).await?.map(|n| n.state) != Some(NodeState::Up) {
                 return Ok(false);
             }
-            lock.lock().check_held(&this.store).await?;
-            this.store.open_to_new_sessions(addr).await?;
+            lock.lock().check_held(&this.store.locks).await?;
+            this.store.sessions.open_to_new_sessions(addr).await?;
             // Opened late (this task stalled past the lock, and a removal or
             // failover closed and read the node meanwhile): closed again.
-            let still_up = this.store.get_node(addr).await?.map(|n| n.state) == Some(NodeState::Up);
-            if !still_up || lock.lock().check_held(&this.store).await.is_err() {
-                this.store.close_to_new_sessions(addr).await?;
+            let still_up =
+                this.store.nodes.get_node(addr).await?.map(|n| n.state) == Some(NodeState::Up);
+            if !still_up || lock.lock().check_held(&this.store.locks).await.is_err() {
+                this.store.sessions.close_to_new_sessions(addr).await?;
                 return Ok(false);
             }
             Ok(true)
@@ -216,6 +217,7 @@ impl NodeCleaner {
         }
         let before = self
             .store
+            .nodes
             .set_node_state_locked(
                 lock.lock(),
                 addr,
@@ -225,7 +227,7 @@ impl NodeCleaner {
             .await?;
         if let Some(before) = before {
             record_marked_down(
-                &self.store,
+                &self.store.nodes,
                 &self.archive,
                 addr,
                 Actor::Clean,
@@ -243,7 +245,7 @@ impl NodeCleaner {
     /// operation that paused before it (and lost the node) stops here, and
     /// one that pauses after it revokes nothing a later operation issued.
     pub(super) async fn fence_out(&self, lock: &NodeLock, below: i64) -> Result<u64, CleanError> {
-        lock.lock().check_held(&self.store).await?;
+        lock.lock().check_held(&self.store.locks).await?;
         Ok(self.archive.fence_failed_node(lock.node(), below).await?)
     }
 }

@@ -8,10 +8,10 @@ use std::collections::HashMap;
 use futures::StreamExt;
 
 use super::groups::{by_group, entry_id, mapping_bucket};
-use super::lock::Lock;
-use super::{Context, SessionStore, StoreError, StoreResult};
+use super::{Context, Sessions, StoreResult};
+use crate::store::{Lock, StoreError};
 
-impl SessionStore {
+impl Sessions {
     /// Drops every session still mapped to `address`, under the node's
     /// lock. Returns their ids.
     pub async fn unmap_node(&self, lock: &Lock, address: &str) -> StoreResult<Vec<String>> {
@@ -326,7 +326,9 @@ mod tests {
     /// two sessions share is declared once.
     #[tokio::test]
     async fn each_session_finds_its_own_keys_at_the_places_it_is_given() {
-        let store = SessionStore::connect("redis://127.0.0.1:1", "t:").unwrap();
+        let store = crate::store::Store::connect("redis://127.0.0.1:1", "t:")
+            .unwrap()
+            .sessions;
         // Two entries of the same session, and others.
         let entries = ["1796000000000\tu1", "1796000000001\tu1", "u2", "u3", "u4"];
         let keys = store.session_keys(7, entries.iter().map(|e| entry_id(e)));

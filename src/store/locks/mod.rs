@@ -11,10 +11,102 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use redis::AsyncCommands;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::warn;
 
-use super::{SessionStore, StoreError};
+use super::{Context, Core, StoreError, StoreResult};
+
+/// Short locks in Redis, one operation per node at a time.
+#[derive(Clone)]
+pub struct Locks {
+    core: Arc<Core>,
+    scripts: Arc<Scripts>,
+}
+
+struct Scripts {
+    renew_lock: redis::Script,
+    unlock: redis::Script,
+}
+
+impl Locks {
+    pub(super) fn new(core: Arc<Core>) -> Self {
+        let scripts = Scripts {
+            renew_lock: redis::Script::new(include_str!("renew_lock.lua")),
+            unlock: redis::Script::new(include_str!("unlock.lua")),
+        };
+        Self {
+            core,
+            scripts: Arc::new(scripts),
+        }
+    }
+
+    /// Takes a short lock named `name`; returns its token if taken.
+    pub async fn try_lock(&self, name: &str, ttl_ms: u64) -> StoreResult<Option<String>> {
+        let token = uuid::Uuid::new_v4().to_string();
+        let taken: Option<String> = redis::cmd("SET")
+            .arg(self.key(&["lock", name]))
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms)
+            .query_async(&mut self.conn())
+            .await
+            .context("taking a lock in Redis")?;
+        Ok(taken.map(|_| token))
+    }
+
+    /// Extends a lock's life if it is still ours; false if it is not.
+    pub async fn renew_lock(&self, name: &str, token: &str, ttl_ms: u64) -> StoreResult<bool> {
+        let renewed: i64 = self
+            .scripts
+            .renew_lock
+            .key(self.key(&["lock", name]))
+            .arg(token)
+            .arg(ttl_ms)
+            .invoke_async(&mut self.conn())
+            .await
+            .context("renewing a lock in Redis")?;
+        Ok(renewed == 1)
+    }
+
+    /// Releases a lock if it is still ours.
+    pub async fn unlock(&self, name: &str, token: &str) -> StoreResult<()> {
+        self.scripts
+            .unlock
+            .key(self.key(&["lock", name]))
+            .arg(token)
+            .invoke_async::<i64>(&mut self.conn())
+            .await
+            .context("releasing a lock in Redis")?;
+        Ok(())
+    }
+}
+
+impl Core {
+    /// Fails unless the lock under `key` holds `token`.
+    pub(in crate::store) async fn check_lock(&self, key: &str, token: &str) -> StoreResult<()> {
+        let held: Option<String> = self
+            .conn()
+            .get(key)
+            .await
+            .context("reading a node lock from Redis")?;
+        match held.as_deref() == Some(token) {
+            true => Ok(()),
+            false => Err(StoreError::lock_lost()),
+        }
+    }
+}
+
+/// A handle is the core with its own scripts: the core's keys and
+/// connection are its own.
+impl std::ops::Deref for Locks {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
 
 /// How long an operation waits for another one on the same node.
 pub const LOCK_WAIT: Duration = Duration::from_secs(15);
@@ -27,7 +119,7 @@ const RENEW_EVERY: Duration = Duration::from_millis(LOCK_TTL_MS / 3);
 /// whether its renewal found it gone (its holder paused past its TTL and
 /// another operation may have taken it). Every write of a node operation
 /// that must not land after such a takeover is conditioned on the token
-/// in the same script ([`SessionStore::guarded`]); work outside Redis asks
+/// in the same script (guard.lua); work outside Redis asks
 /// [`Self::check`] first.
 #[derive(Debug, Clone)]
 pub struct Lock {
@@ -38,8 +130,8 @@ pub struct Lock {
 
 impl Lock {
     /// The lock's key and token, for a script that checks them.
-    pub(super) fn key_and_token(&self, store: &SessionStore) -> (String, String) {
-        (store.key(&["lock", &self.name]), self.token.clone())
+    pub(in crate::store) fn key_and_token(&self, core: &Core) -> (String, String) {
+        (core.key(&["lock", &self.name]), self.token.clone())
     }
 
     /// Fails once the renewal found the lock gone.
@@ -54,10 +146,10 @@ impl Lock {
     /// write Redis cannot condition (Postgres, a node), so that one made
     /// after a pause that cost the lock is not made. The window left is
     /// the pause between this read and the write.
-    pub async fn check_held(&self, store: &SessionStore) -> Result<(), StoreError> {
+    pub async fn check_held(&self, locks: &Locks) -> Result<(), StoreError> {
         self.check()?;
-        let (key, token) = self.key_and_token(store);
-        store.check_lock(&key, &token).await
+        let (key, token) = self.key_and_token(locks);
+        locks.check_lock(&key, &token).await
     }
 }
 
@@ -87,7 +179,7 @@ impl NodeLock {
 /// Runs `op` holding the node's lock, waiting at most `wait` for it. `busy`
 /// makes the error returned when the lock cannot be had in time.
 pub async fn with_node_lock<T, E, Fut>(
-    store: &SessionStore,
+    store: &Locks,
     addr: &str,
     wait: Duration,
     busy: impl FnOnce() -> E,
@@ -107,7 +199,7 @@ where
 /// Runs `op` holding the lock `lock` (renewed meanwhile), waiting at most
 /// `wait` for it.
 pub async fn with_lock<T, E: From<StoreError>, Fut: Future<Output = Result<T, E>>>(
-    store: &SessionStore,
+    store: &Locks,
     lock: &str,
     wait: Duration,
     busy: impl FnOnce() -> E,
@@ -162,7 +254,7 @@ pub async fn with_lock<T, E: From<StoreError>, Fut: Future<Output = Result<T, E>
 /// Left alone, the lock would outlive the outage by up to its TTL (Redis
 /// may come back from its AOF with it): the node's cleans, and with them
 /// every press of its sessions that expired meanwhile, would wait for it.
-fn release_later(store: SessionStore, lock: String, token: String) {
+fn release_later(store: Locks, lock: String, token: String) {
     tokio::spawn(async move {
         let give_up = tokio::time::Instant::now() + Duration::from_millis(LOCK_TTL_MS);
         while tokio::time::Instant::now() < give_up {

@@ -12,11 +12,82 @@
 //! id -> last heartbeat ms), `journal:{node}` (the clean in progress, so a
 //! crashed cleaner's fold can be repeated).
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 
-use super::lock::Lock;
-use super::{Context, SessionStore, StoreResult};
+use super::{guarded, timed, Context, Core, Lock, StoreResult};
+
+/// The clean fence and its journals.
+#[derive(Clone)]
+pub struct Fences {
+    core: Arc<Core>,
+    scripts: Arc<Scripts>,
+}
+
+struct Scripts {
+    raise_fence: redis::Script,
+    lower_fence: redis::Script,
+    fences_now: redis::Script,
+    put_journal: redis::Script,
+    end_journal: redis::Script,
+}
+
+impl Fences {
+    pub(super) fn new(core: Arc<Core>) -> Self {
+        let raise_fence = format!(
+            "{}\n{}",
+            include_str!("../redis_now.lua"),
+            include_str!("raise_fence.lua")
+        );
+        let scripts = Scripts {
+            raise_fence: guarded(&raise_fence),
+            lower_fence: redis::Script::new(include_str!("lower_fence.lua")),
+            fences_now: timed(include_str!("fences_now.lua")),
+            put_journal: guarded(include_str!("put_journal.lua")),
+            end_journal: guarded(include_str!("end_journal.lua")),
+        };
+        Self {
+            core,
+            scripts: Arc::new(scripts),
+        }
+    }
+
+    /// Wakes every replica: a fence changed.
+    async fn publish_event(&self, event: &str) -> StoreResult<()> {
+        self.conn()
+            .publish::<_, _, ()>(self.key(&["events"]), event)
+            .await
+            .context("publishing a fence event in Redis")
+    }
+
+    /// A dedicated connection subscribed to the events channel.
+    pub async fn subscribe_events(&self) -> StoreResult<redis::aio::PubSub> {
+        let mut pubsub =
+            tokio::time::timeout(Duration::from_secs(2), self.client.get_async_pubsub())
+                .await
+                .map_err(|_| redis::RedisError::from((redis::ErrorKind::Io, "connect timed out")))
+                .context("opening the Redis pub/sub connection")?
+                .context("opening the Redis pub/sub connection")?;
+        pubsub
+            .subscribe(self.key(&["events"]))
+            .await
+            .context("subscribing to fence events in Redis")?;
+        Ok(pubsub)
+    }
+}
+
+/// A handle is the core with its own scripts: the core's keys and
+/// connection are its own.
+impl std::ops::Deref for Fences {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
 
 /// A raised fence as the `fences` hash holds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +130,7 @@ pub struct Journal {
     pub selective: bool,
 }
 
-impl SessionStore {
+impl Fences {
     /// Raises a fence on a node, under its lock; returns its sequence
     /// number. The fence is stale `ttl` after now on Redis's clock
     /// (redis_now.lua).
@@ -165,39 +236,6 @@ impl SessionStore {
             .smembers(self.key(&["fence_acks", address, &seq.to_string()]))
             .await
             .context("reading fence acknowledgements from Redis")
-    }
-
-    /// Records that `replica` is alive, at now on Redis's clock, and
-    /// forgets replicas silent for an hour (they died without leaving; the
-    /// fence stopped waiting for them long before).
-    pub async fn heartbeat(&self, replica: &str) -> StoreResult<()> {
-        self.scripts
-            .heartbeat
-            .key(self.key(&["replicas"]))
-            .arg(replica)
-            .invoke_async::<i64>(&mut self.conn())
-            .await
-            .context("recording a replica heartbeat in Redis")?;
-        Ok(())
-    }
-
-    pub async fn remove_replica(&self, replica: &str) -> StoreResult<()> {
-        self.conn()
-            .zrem::<_, _, ()>(self.key(&["replicas"]), replica)
-            .await
-            .context("removing a replica from Redis")
-    }
-
-    /// Replicas that sent a heartbeat within `silence` of now, both on
-    /// Redis's clock.
-    pub async fn live_replicas(&self, silence: std::time::Duration) -> StoreResult<Vec<String>> {
-        self.scripts
-            .live_replicas
-            .key(self.key(&["replicas"]))
-            .arg(silence.as_millis() as i64)
-            .invoke_async(&mut self.conn())
-            .await
-            .context("listing live replicas in Redis")
     }
 
     /// Whether a clean of the node is under way: its fence is up, or its

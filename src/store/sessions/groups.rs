@@ -15,9 +15,10 @@ use std::collections::HashMap;
 
 use redis::AsyncCommands;
 
-use super::fanout::GROUPS;
 use super::walk::{ListWalk, Next, FIRST_CHUNK};
-use super::{Context, NodeRecord, SessionStore, StoreResult};
+use super::{Context, Sessions, StoreResult};
+use crate::store::fanout::GROUPS;
+use crate::store::NodeRecord;
 
 /// The most sessions one walk of a group's list returns: a
 /// burst that ends more at once is swept over several sweeps, and no
@@ -83,7 +84,7 @@ pub(super) fn by_group<T>(
     groups
 }
 
-impl SessionStore {
+impl Sessions {
     /// `P{s:gg}`: what the scripts of a group build their keys from.
     pub(super) fn group_prefix(&self, group: &str) -> String {
         self.group_key(group, &[])
@@ -102,7 +103,7 @@ impl SessionStore {
 
     /// A node's number, if it is registered (read each time: a removed
     /// address added again gets a new number).
-    pub(super) async fn node_number(&self, address: &str) -> StoreResult<Option<u64>> {
+    pub(in crate::store) async fn node_number(&self, address: &str) -> StoreResult<Option<u64>> {
         self.conn()
             .hget(self.key(&["node_numbers"]), address)
             .await
@@ -348,7 +349,7 @@ impl SessionStore {
 
     /// Deletes a removed node's indexes (they are empty once its sessions
     /// were unmapped; anything left would never be read again).
-    pub(super) async fn delete_indexes(&self, number: u64) -> StoreResult<()> {
+    pub(in crate::store) async fn delete_indexes(&self, number: u64) -> StoreResult<()> {
         self.query_groups::<redis::Value>("deleting a node's indexes in Redis", |group, pipe| {
             pipe.del(self.index_key(group, number));
         })

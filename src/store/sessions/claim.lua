@@ -1,5 +1,5 @@
 -- Placement on a cluster, in the session's group: create the mapping on
--- the node the replica chose from its view (store/view.rs) unless the
+-- the node the replica chose from its view (store/sessions/view.rs) unless the
 -- session has one. This check-and-set is
 -- the only place a mapping is created, and it runs in the one slot that
 -- holds the session's mapping: however many replicas place one id at
@@ -12,7 +12,7 @@
 --
 -- A node a replica's view still offers after it left `placeable` (on a
 -- cluster the node is chosen from a view that may be a moment old:
--- store/view.rs) is refused once it is closed in this group (KEYS[7]):
+-- store/sessions/view.rs) is refused once it is closed in this group (KEYS[7]):
 -- every operation that moves a node's sessions off it closes it in every
 -- group before it reads the node's indexes, so no session is mapped to it
 -- behind that read.

@@ -13,10 +13,11 @@
 use std::sync::OnceLock;
 
 use super::groups::mapping_bucket;
-use super::sessions::{Mapping, Placed, Placement};
 use super::view::Choice;
-use super::{Context, SessionStore, StoreError, StoreResult};
+use super::{Context, Sessions, StoreResult};
+use super::{Mapping, Placed, Placement};
 use crate::group_commit::GroupCommit;
+use crate::store::StoreError;
 
 /// Most placements in one script: it holds Redis for its whole run (a
 /// placement inside a batch costs Redis a few microseconds more than its
@@ -66,7 +67,7 @@ enum Decided {
     Closed(String),
 }
 
-impl SessionStore {
+impl Sessions {
     /// Places a session on `preferred_node` if it is up, else on the up node
     /// with the fewest active sessions per unit of weight, unless it is
     /// mapped already; a mapping to `stale_node` is dropped and replaced.
@@ -78,7 +79,7 @@ impl SessionStore {
         stale_node: Option<&str>,
         preferred_node: Option<&str>,
     ) -> StoreResult<Placed> {
-        self.check_identity().await?;
+        self.replicas.check_identity().await?;
         // A number the standing mapping named that Redis does not know.
         let mut unknown: Option<u64> = None;
         // Nodes a claim found closed: not chosen again by this placement. A

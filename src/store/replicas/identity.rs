@@ -23,53 +23,9 @@
 //! groups' epochs (the README's known limits).
 
 use redis::AsyncCommands;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{Context, SessionStore, StoreError, StoreResult};
-
-/// Whether every call since the identity was last checked kept its
-/// connection: calls that lost theirs are counted, and a check vouches
-/// only for the losses counted before it began. A loss during the check
-/// (the server may have changed after it answered `INFO`) leaves the
-/// identity unverified for the next call. Shared by the store's
-/// connection, which counts.
-#[derive(Debug)]
-pub struct Verified {
-    losses: AtomicU64,
-    /// The losses the last check that found the same Redis vouches for;
-    /// `u64::MAX` before any check.
-    vouched: AtomicU64,
-}
-
-impl Default for Verified {
-    fn default() -> Self {
-        Self {
-            losses: AtomicU64::new(0),
-            vouched: AtomicU64::new(u64::MAX),
-        }
-    }
-}
-
-impl Verified {
-    /// A call lost its connection: the server that answers next may be
-    /// another one.
-    pub fn lost(&self) {
-        self.losses.fetch_add(1, Ordering::AcqRel);
-    }
-
-    fn is_set(&self) -> bool {
-        self.vouched.load(Ordering::Acquire) == self.losses.load(Ordering::Acquire)
-    }
-
-    /// Where a check begins: the losses it will vouch for.
-    fn begin(&self) -> u64 {
-        self.losses.load(Ordering::Acquire)
-    }
-
-    fn set(&self, begun: u64) {
-        self.vouched.store(begun, Ordering::Release);
-    }
-}
+use super::{Context, Replicas, StoreResult};
+use crate::store::StoreError;
 
 /// What the identity check found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,7 +39,7 @@ pub enum Identity {
     Unknown,
 }
 
-impl SessionStore {
+impl Replicas {
     /// The `run_id` of the Redis answering.
     async fn run_id(&self) -> StoreResult<String> {
         let info: String = redis::cmd("INFO")
@@ -151,7 +107,7 @@ impl SessionStore {
 
     /// Before a session is read or placed: nothing is served from a Redis
     /// whose identity changed since the registry was complete.
-    pub(super) async fn check_identity(&self) -> StoreResult<()> {
+    pub(in crate::store) async fn check_identity(&self) -> StoreResult<()> {
         if self.verified.is_set() {
             return Ok(());
         }

@@ -1,11 +1,64 @@
 //! The node registry shared by every replica.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use redis::AsyncCommands;
 
-use super::{now_ms, Context, SessionStore, StoreResult};
+use super::{now_ms, with_prelude, Context, Core, Lock, Sessions, StoreResult};
 use crate::nodes::record::{NodeRecord, NodeState, Offers};
+
+/// The node registry: what every replica knows of the nodes.
+#[derive(Clone)]
+pub struct Nodes {
+    core: Arc<Core>,
+    scripts: Arc<Scripts>,
+    /// A node's state, weight and removal move where new sessions go.
+    sessions: Sessions,
+}
+
+struct Scripts {
+    register_node: redis::Script,
+    set_node_state: redis::Script,
+    delete_node: redis::Script,
+    set_node_weight: redis::Script,
+    set_node_notes: redis::Script,
+    set_node_epoch: redis::Script,
+    set_node_field: redis::Script,
+}
+
+impl Nodes {
+    pub(super) fn new(core: Arc<Core>, sessions: Sessions) -> Self {
+        let scripts = Scripts {
+            register_node: redis::Script::new(include_str!("register_node.lua")),
+            set_node_state: with_prelude(include_str!("set_node_state.lua")),
+            delete_node: redis::Script::new(include_str!("delete_node.lua")),
+            set_node_weight: with_prelude(include_str!("set_node_weight.lua")),
+            set_node_notes: redis::Script::new(include_str!("set_node_notes.lua")),
+            set_node_epoch: redis::Script::new(include_str!("set_node_epoch.lua")),
+            set_node_field: redis::Script::new(include_str!("set_node_field.lua")),
+        };
+        Self {
+            core,
+            scripts: Arc::new(scripts),
+            sessions,
+        }
+    }
+
+    pub(super) fn core(&self) -> &Arc<Core> {
+        &self.core
+    }
+}
+
+/// A handle is the core with its own scripts: the core's keys and
+/// connection are its own.
+impl std::ops::Deref for Nodes {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
 
 /// What a change of a node's state did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,7 +71,7 @@ pub enum StateChange {
     LastUp,
 }
 
-impl SessionStore {
+impl Nodes {
     /// Registers a node; `Some(false)` if it was registered already, `None`
     /// while the registry is being rebuilt (unless `rebuilding`: the rebuild
     /// itself registers the nodes it restores).
@@ -50,7 +103,7 @@ impl SessionStore {
             .arg(node.epoch)
             .invoke_async(&mut self.conn())
             .await;
-        self.view.invalidate();
+        self.sessions.invalidate_view();
         let added: i64 = added.context("registering a node in Redis")?;
         Ok((added >= 0).then_some(added == 1))
     }
@@ -79,7 +132,7 @@ impl SessionStore {
     /// again must not bring it back up).
     pub async fn set_node_state_locked(
         &self,
-        lock: &super::lock::Lock,
+        lock: &Lock,
         address: &str,
         state: NodeState,
         expected: &[NodeState],
@@ -113,7 +166,7 @@ impl SessionStore {
         state: NodeState,
         expected: &[NodeState],
         keep_last: bool,
-        guard: Option<&super::lock::Lock>,
+        guard: Option<&Lock>,
     ) -> StoreResult<StateChange> {
         let expected = expected
             .iter()
@@ -135,7 +188,7 @@ impl SessionStore {
             invocation.key(key).arg(token);
         }
         let old = invocation.invoke_async(&mut self.conn()).await;
-        self.view.invalidate();
+        self.sessions.invalidate_view();
         let old: Option<String> = old.context("changing a node's state in Redis")?;
         let change = match old.as_deref() {
             Some("last") => StateChange::LastUp,
@@ -148,7 +201,7 @@ impl SessionStore {
         if state == NodeState::Up && matches!(change, StateChange::Changed(_)) {
             // The state stands either way: a node left closed is opened by
             // the next sweep (`Sweeper::reopen_closed`).
-            if let Err(error) = self.open_to_new_sessions(address).await {
+            if let Err(error) = self.sessions.open_to_new_sessions(address).await {
                 tracing::warn!(node = %address, %error, "node up but not opened to new sessions; the next sweep opens it");
             }
         }
@@ -198,7 +251,7 @@ impl SessionStore {
             .arg(weight)
             .invoke_async::<i64>(&mut self.conn())
             .await;
-        self.view.invalidate();
+        self.sessions.invalidate_view();
         changed.context("changing a node's weight in Redis")?;
         Ok(())
     }
@@ -270,8 +323,8 @@ impl SessionStore {
 
     /// Deletes a node from the registry (after its sessions were unmapped).
     pub async fn delete_node(&self, address: &str) -> StoreResult<()> {
-        if let Some(number) = self.node_number(address).await? {
-            self.delete_indexes(number).await?;
+        if let Some(number) = self.sessions.node_number(address).await? {
+            self.sessions.delete_indexes(number).await?;
         }
         let deleted = self
             .scripts
@@ -284,7 +337,7 @@ impl SessionStore {
             .arg(address)
             .invoke_async::<i64>(&mut self.conn())
             .await;
-        self.view.invalidate();
+        self.sessions.invalidate_view();
         deleted.context("deleting a node from Redis")?;
         Ok(())
     }
@@ -303,20 +356,20 @@ impl SessionStore {
     }
 
     pub async fn get_node(&self, address: &str) -> StoreResult<Option<NodeRecord>> {
-        self.settle_placed().await?;
+        self.sessions.settle_placed().await?;
         let (fields, sessions): (Vec<(String, String)>, Option<i64>) = redis::pipe()
             .hgetall(self.key(&["node", address]))
             .hget(self.key(&["counts"]), address)
             .query_async(&mut self.conn())
             .await
             .context("reading a node from Redis")?;
-        Ok(record_from_fields(address, fields, sessions))
+        Ok(NodeRecord::from_fields(address, &fields, sessions))
     }
 
     /// Every registered node, in registration order. O(nodes): admin and
     /// the periodic refresh of each replica's view only.
     pub async fn list_nodes(&self) -> StoreResult<Vec<NodeRecord>> {
-        self.settle_placed().await?;
+        self.sessions.settle_placed().await?;
         let mut conn = self.conn();
         let addresses: Vec<String> = conn
             .zrange(self.key(&["nodes"]), 0, -1)
@@ -345,92 +398,34 @@ impl SessionStore {
             .iter()
             .zip(all)
             .filter_map(|(address, fields)| {
-                record_from_fields(address, fields, counts.get(address).copied())
+                NodeRecord::from_fields(address, &fields, counts.get(address).copied())
             })
             .collect())
     }
 
-    /// Takes a short lock named `name`; returns its token if taken.
-    pub async fn try_lock(&self, name: &str, ttl_ms: u64) -> StoreResult<Option<String>> {
-        let token = uuid::Uuid::new_v4().to_string();
-        let taken: Option<String> = redis::cmd("SET")
-            .arg(self.key(&["lock", name]))
-            .arg(&token)
-            .arg("NX")
-            .arg("PX")
-            .arg(ttl_ms)
-            .query_async(&mut self.conn())
+    /// The registry's epoch, if Redis has one (see the module docs).
+    pub async fn registry_epoch(&self) -> StoreResult<Option<String>> {
+        self.conn()
+            .get(self.key(&["registry"]))
             .await
-            .context("taking a lock in Redis")?;
-        Ok(taken.map(|_| token))
+            .context("reading the registry epoch from Redis")
     }
 
-    /// Extends a lock's life if it is still ours; false if it is not.
-    pub async fn renew_lock(&self, name: &str, token: &str, ttl_ms: u64) -> StoreResult<bool> {
-        let renewed: i64 = self
-            .scripts
-            .renew_lock
-            .key(self.key(&["lock", name]))
-            .arg(token)
-            .arg(ttl_ms)
-            .invoke_async(&mut self.conn())
+    /// Stops every placement until the registry is rebuilt: a group forgot.
+    pub async fn clear_registry_epoch(&self) -> StoreResult<()> {
+        self.conn()
+            .del::<_, ()>(self.key(&["registry"]))
             .await
-            .context("renewing a lock in Redis")?;
-        Ok(renewed == 1)
+            .context("clearing the registry epoch in Redis")
     }
 
-    /// Fails unless the lock under `key` holds `token`.
-    pub(crate) async fn check_lock(&self, key: &str, token: &str) -> StoreResult<()> {
-        let held: Option<String> = self
-            .conn()
-            .get(key)
+    /// Declares the registry complete (fresh, or rebuilt after amnesia),
+    /// once the Redis's identity and the layout are kept beside it
+    /// (`Rebuilder::declare_complete`).
+    pub async fn set_registry_epoch(&self, epoch: &str) -> StoreResult<()> {
+        self.conn()
+            .set::<_, _, ()>(self.key(&["registry"]), epoch)
             .await
-            .context("reading a node lock from Redis")?;
-        match held.as_deref() == Some(token) {
-            true => Ok(()),
-            false => Err(super::StoreError::lock_lost()),
-        }
+            .context("writing the registry epoch to Redis")
     }
-
-    /// Releases a lock if it is still ours.
-    pub async fn unlock(&self, name: &str, token: &str) -> StoreResult<()> {
-        self.scripts
-            .unlock
-            .key(self.key(&["lock", name]))
-            .arg(token)
-            .invoke_async::<i64>(&mut self.conn())
-            .await
-            .context("releasing a lock in Redis")?;
-        Ok(())
-    }
-}
-
-fn record_from_fields(
-    address: &str,
-    fields: Vec<(String, String)>,
-    sessions: Option<i64>,
-) -> Option<NodeRecord> {
-    if fields.is_empty() {
-        return None;
-    }
-    let get = |name: &str| {
-        fields
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    };
-    Some(NodeRecord {
-        address: address.to_owned(),
-        name: get("name").unwrap_or(address).to_owned(),
-        weight: get("weight").and_then(|w| w.parse().ok()).unwrap_or(1),
-        state: get("state")
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(NodeState::Down),
-        active_sessions: sessions.unwrap_or(0),
-        instance: get("instance").filter(|i| !i.is_empty()).map(str::to_owned),
-        reason: get("reason").filter(|r| !r.is_empty()).map(str::to_owned),
-        number: get("number").and_then(|n| n.parse().ok()).unwrap_or(0),
-        offers: Offers::decode(get("offers").unwrap_or("")),
-        epoch: get("epoch").and_then(|e| e.parse().ok()).unwrap_or(0),
-    })
 }

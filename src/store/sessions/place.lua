@@ -1,8 +1,8 @@
 -- Placement on a single Redis (where every key is in reach of one script):
--- the choice (a cluster's replica makes it from its view: store/view.rs)
+-- the choice (a cluster's replica makes it from its view: store/sessions/view.rs)
 -- and claim.lua together, for a batch of sessions in one round
 -- trip. Placements asked for at the same time on this replica go together
--- (store/placement.rs); each is decided exactly as if it ran alone, one
+-- (store/sessions/placement.rs); each is decided exactly as if it ran alone, one
 -- after the other, so a batch changes the cost, not the outcome. A Redis
 -- Cluster runs the two steps apart, since the control slot and the
 -- session's group are on different primaries.

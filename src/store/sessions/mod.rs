@@ -2,10 +2,91 @@
 //! the layout in the module above; placing a session is `placement.rs`,
 //! unmapping them `unmap.rs`).
 
-use std::collections::HashMap;
+mod closed;
+mod groups;
+mod placement;
+mod unmap;
+mod view;
+mod walk;
 
-use super::groups::by_group;
-use super::{Context, SessionStore, StoreResult};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::{with_prelude, Context, Core, Replicas, StoreResult};
+use groups::by_group;
+pub(super) use view::PlacementView;
+
+/// Session mappings and their placement: the press path's handle, and the
+/// sweep's (expiry, counts, unmapping).
+#[derive(Clone)]
+pub struct Sessions {
+    core: Arc<Core>,
+    scripts: Arc<Scripts>,
+    /// Asked before a session is read or placed whether the Redis is still
+    /// the one that completed the registry (replicas/identity.rs).
+    replicas: Replicas,
+    /// Placements asked for at once go to Redis together (placement.rs).
+    batchers: Arc<placement::Batchers>,
+    /// On a cluster, where new sessions go (view.rs).
+    view: Arc<PlacementView>,
+}
+
+struct Scripts {
+    view: redis::Script,
+    place: redis::Script,
+    claim: redis::Script,
+    unmap: redis::Script,
+    drop_strays: redis::Script,
+    set_counts: redis::Script,
+}
+
+impl Sessions {
+    pub(super) fn new(core: Arc<Core>, replicas: Replicas, view: Arc<PlacementView>) -> Self {
+        let scripts = Scripts {
+            view: with_prelude(include_str!("view.lua")),
+            place: with_prelude(include_str!("place.lua")),
+            claim: with_prelude(include_str!("claim.lua")),
+            unmap: with_prelude(include_str!("unmap.lua")),
+            drop_strays: with_prelude(include_str!("drop_strays.lua")),
+            set_counts: with_prelude(include_str!("set_counts.lua")),
+        };
+        Self {
+            core,
+            scripts: Arc::new(scripts),
+            replicas,
+            batchers: Default::default(),
+            view,
+        }
+    }
+
+    pub(super) fn with_view(self, view: Arc<PlacementView>) -> Self {
+        Self { view, ..self }
+    }
+
+    /// After a change to the registry: the next placement reads it again.
+    pub(super) fn invalidate_view(&self) {
+        self.view.invalidate();
+    }
+
+    /// A handle for a batching task: holding the batchers themselves would
+    /// keep the task's own queue open, and the task would never end.
+    fn without_batchers(&self) -> Self {
+        Self {
+            batchers: Default::default(),
+            ..self.clone()
+        }
+    }
+}
+
+/// A handle is the core with its own scripts: the core's keys and
+/// connection are its own.
+impl std::ops::Deref for Sessions {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
+}
 
 /// Where a session lives and what its node's count must be offset by.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,7 +108,7 @@ pub struct Placement {
     pub created: bool,
 }
 
-/// The outcome of [`SessionStore::place`].
+/// The outcome of [`Sessions::place`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Placed {
     Placed(Placement),
@@ -47,11 +128,11 @@ pub(super) fn unpack_mapping(value: &str) -> Option<(u64, i64, i64)> {
     Some((number, base, exp))
 }
 
-impl SessionStore {
+impl Sessions {
     /// The hot path: one plain `HGET`, one round trip, no script (the node's
     /// address is remembered after its first read: numbers never change).
     pub async fn lookup(&self, session_id: &str) -> StoreResult<Option<Mapping>> {
-        self.check_identity().await?;
+        self.replicas.check_identity().await?;
         let value: Option<String> = redis::cmd("HGET")
             .arg(self.mapping_key(session_id))
             .arg(session_id)

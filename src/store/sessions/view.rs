@@ -17,7 +17,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{Context, SessionStore, StoreError, StoreResult};
+use super::{Context, Sessions, StoreResult};
+use crate::store::StoreError;
 
 /// How long a view serves before it is read again. Within it, replicas
 /// placing at once may each send a few sessions to the node that was
@@ -25,7 +26,7 @@ use super::{Context, SessionStore, StoreError, StoreResult};
 pub(super) const VIEW_TTL: Duration = Duration::from_millis(50);
 
 /// This replica's view, shared by every handle of one store.
-pub(super) struct PlacementView {
+pub(in crate::store) struct PlacementView {
     pub(super) state: tokio::sync::Mutex<ViewState>,
     /// How long a view serves ([`VIEW_TTL`]).
     ttl: Duration,
@@ -41,7 +42,7 @@ impl Default for PlacementView {
 }
 
 impl PlacementView {
-    pub(super) fn with_ttl(ttl: Duration) -> Self {
+    pub(in crate::store) fn with_ttl(ttl: Duration) -> Self {
         Self {
             state: Default::default(),
             ttl,
@@ -208,7 +209,7 @@ impl ViewState {
     }
 }
 
-impl SessionStore {
+impl Sessions {
     /// Chooses the node of a new session from this replica's view (read
     /// again first when it is old, or this replica changed a node).
     pub(super) async fn choose(
@@ -247,7 +248,7 @@ impl SessionStore {
     /// Settles, on a cluster, the count moves this replica made and has
     /// not sent: before the counts are read, so that they show its own
     /// placements.
-    pub(super) async fn settle_placed(&self) -> StoreResult<()> {
+    pub(in crate::store) async fn settle_placed(&self) -> StoreResult<()> {
         if self.cluster {
             self.settle_counts(&[]).await?;
         }

@@ -12,7 +12,7 @@
 
 use redis::AsyncCommands;
 
-use super::{Context, SessionStore, StoreResult};
+use super::{Context, Replicas, StoreResult};
 
 /// The layout this release reads and writes.
 pub const LAYOUT: u32 = 1;
@@ -42,7 +42,7 @@ pub struct LayoutMismatch {
     pub release: &'static str,
 }
 
-impl SessionStore {
+impl Replicas {
     /// Reads the layout version beside the registry's epoch.
     pub async fn layout(&self) -> StoreResult<Layout> {
         let (version, registry): (Option<String>, bool) = redis::pipe()
@@ -65,7 +65,7 @@ impl SessionStore {
     }
 
     /// Records this release's layout (before the registry's epoch).
-    pub(super) async fn keep_layout(&self) -> StoreResult<()> {
+    pub async fn keep_layout(&self) -> StoreResult<()> {
         self.conn()
             .set::<_, _, ()>(self.key(&["layout"]), LAYOUT)
             .await

@@ -3,9 +3,9 @@
 //! operation that moves a node's sessions off it closes it first, and a
 //! claim (claim.lua) refuses a node closed in its group.
 
-use super::{SessionStore, StoreResult};
+use super::{Sessions, StoreResult};
 
-impl SessionStore {
+impl Sessions {
     /// Closes a node to new sessions in every group, on a cluster, before
     /// its sessions are read to be moved off it: a replica chooses from a
     /// view that may be a moment old (view.rs), and from here on its claim

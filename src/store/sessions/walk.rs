@@ -1,5 +1,5 @@
 //! The sweep's walk of one node's list in one group, read from its head in
-//! chunks (`SessionStore::expiring`, groups.rs). Sessions live a fixed time
+//! chunks (`Sessions::expiring`, groups.rs). Sessions live a fixed time
 //! from their placement, so a list, in placement order, is also about in
 //! the order they end: the walk takes the ended entries from the head and
 //! stops after [`LOOKAHEAD`] live ones. Each entry carries its session's

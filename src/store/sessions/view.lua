@@ -1,4 +1,4 @@
--- A replica's view of where new sessions may go, on a cluster (store/view.rs):
+-- A replica's view of where new sessions may go, on a cluster (store/sessions/view.rs):
 -- the counts this replica moved since it last asked are applied first, then
 -- the up nodes are read with their scores, so the replica chooses among
 -- them itself, without a call to the control slot per new session. The
