@@ -2,6 +2,8 @@
 //! the registry in Redis first and to this replica's [`NodeTable`] right
 //! after; other replicas catch up on their next refresh.
 
+mod drain;
+
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -10,14 +12,14 @@ use tracing::{info, warn};
 use super::registry::NodeRegistry;
 use crate::archive::events::{Actor, NodeEvent};
 use crate::archive::{Archive, ArchiveError, Member};
-use crate::lifecycle::detached::Detached;
-use crate::lifecycle::{CleanError, NodeCleaner};
+use crate::lifecycle::CleanError;
 use crate::nodes::address::{AddressError, NodeAddress};
 use crate::nodes::client::{NodeClient, NodeHealth};
 use crate::nodes::table::NodeTable;
 use crate::nodes::Offers;
 use crate::store::{NodeLock, LOCK_WAIT};
 use crate::store::{NodeRecord, NodeState, Store, StoreError};
+pub use drain::{Drain, MAX_DRAIN_SECS};
 
 pub const MAX_WEIGHT: u32 = 1000;
 
@@ -94,19 +96,6 @@ impl Outcome {
     }
 }
 
-/// Longest drain deadline accepted (a week).
-pub const MAX_DRAIN_SECS: u64 = 7 * 24 * 3600;
-
-/// What a drain did: the node takes no new session from now on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Drain {
-    /// Sessions still on the node; it is removed (with archive) when none
-    /// is left, or at the deadline.
-    pub sessions: i64,
-    /// When it is removed at the latest (ms since the epoch).
-    pub deadline_ms: i64,
-}
-
 /// What removing a node did, for the log and the tests.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Removal {
@@ -147,14 +136,6 @@ impl NodeAdmin {
 
     fn client(&self) -> &NodeClient {
         self.registry.client()
-    }
-
-    fn cleaner(&self) -> &NodeCleaner {
-        self.registry.cleaner()
-    }
-
-    fn detached(&self) -> &Detached {
-        self.registry.detached()
     }
 
     /// Registers a node (idempotent). A new node is wiped with
@@ -317,100 +298,6 @@ impl NodeAdmin {
         Ok((existing, outcome))
     }
 
-    /// Drains a node: it takes no new session from now on, keeps serving the
-    /// ones it has until they expire, and is removed (with archive, as by
-    /// `remove`) by [`finish_drains`](Self::finish_drains) once it holds
-    /// none, or at the deadline. Draining a draining node moves its deadline.
-    pub async fn drain(
-        &self,
-        address: &str,
-        deadline: Option<std::time::Duration>,
-    ) -> Result<Drain, AdminError> {
-        let address = NodeAddress::parse(address)?;
-        let deadline = match deadline {
-            Some(d) if d.is_zero() || d.as_secs() > MAX_DRAIN_SECS => {
-                return Err(AdminError::DrainDeadline)
-            }
-            // Sessions live at most their TTL; a drain without a deadline
-            // waits for them, and a week bounds a forgotten one.
-            Some(d) => d,
-            None => std::time::Duration::from_secs(MAX_DRAIN_SECS),
-        };
-        self.with_node_lock(address.as_str(), move |this, lock| async move {
-            let addr = lock.node();
-            let record = this
-                .store()
-                .nodes
-                .get_node(addr)
-                .await?
-                .ok_or_else(|| AdminError::UnknownNode(addr.to_owned()))?;
-            if record.state == NodeState::Down {
-                return Err(AdminError::DrainDown(addr.to_owned()));
-            }
-            let deadline_ms = crate::clock::wall_ms() + deadline.as_millis() as i64;
-            this.archive().set_member_draining(addr).await?;
-            this.store()
-                .nodes
-                .set_drain_until(addr, deadline_ms)
-                .await?;
-            this.store()
-                .nodes
-                .set_node_state(
-                    addr,
-                    NodeState::Draining,
-                    &[NodeState::Up, NodeState::Draining],
-                )
-                .await?;
-            this.table().upsert(&NodeRecord {
-                state: NodeState::Draining,
-                ..record.clone()
-            });
-            info!(node = %addr, sessions = record.active_sessions, deadline_ms, "node draining");
-            this.archive().record(
-                NodeEvent::new(Actor::Admin, addr, "draining")
-                    .states(Some(record.state.as_str()), Some("draining"))
-                    .sessions(record.active_sessions)
-                    .reason(format!(
-                        "removed when empty, or in {} s at the latest",
-                        deadline.as_secs()
-                    )),
-            );
-            Ok(Drain {
-                sessions: record.active_sessions,
-                deadline_ms,
-            })
-        })
-        .await
-    }
-
-    /// Removes every draining node that holds no session any more, or whose
-    /// drain deadline passed. Returns the nodes removed. Any replica may run
-    /// it; the node lock makes one of them do each removal.
-    pub async fn finish_drains(&self) -> Result<Vec<String>, AdminError> {
-        let mut removed = Vec::new();
-        for record in self.store().nodes.list_nodes().await? {
-            if record.state != NodeState::Draining {
-                continue;
-            }
-            let Some(until) = self.store().nodes.drain_until(&record.address).await? else {
-                continue; // a removal's own draining: it finishes by itself
-            };
-            let reason = if record.active_sessions <= 0 {
-                "drain finished: no session left"
-            } else if crate::clock::wall_ms() >= until {
-                "drain deadline passed"
-            } else {
-                continue;
-            };
-            match self.remove_as(&record.address, Actor::Drain, reason).await {
-                Ok(_) => removed.push(record.address),
-                Err(AdminError::UnknownNode(_) | AdminError::Busy(_)) => {}
-                Err(error) => warn!(node = %record.address, %error, "could not finish a drain"),
-            }
-        }
-        Ok(removed)
-    }
-
     /// Removes a node: no new sessions, then (under the fence, so no
     /// press is in flight to it on any replica) `/clean archive=true`, fold,
     /// unmap. Its sessions restore from the archive on their next press, on
@@ -441,7 +328,7 @@ impl NodeAdmin {
                     ..record.clone()
                 });
             }
-            let report = this.cleaner().remove(&lock, record.state).await?;
+            let report = this.registry.cleaner().remove(&lock, record.state).await?;
             this.archive().delete_member(addr).await?;
             this.table().remove(addr);
             info!(node = %addr, sessions = report.unmapped, archived = report.archived, "node removed");
@@ -531,7 +418,8 @@ impl NodeAdmin {
     {
         let busy = AdminError::Busy(addr.to_owned());
         let this = self.clone();
-        self.detached()
+        self.registry
+            .detached()
             .under_node_lock(
                 self.store().locks.clone(),
                 addr.to_owned(),

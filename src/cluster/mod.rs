@@ -7,6 +7,7 @@ pub mod admin;
 pub mod health;
 pub mod registry;
 
-pub use admin::{AdminError, Drain, NodeAdmin, NodeView, Outcome, Removal};
+pub use admin::{AdminError, NodeAdmin, NodeView, Outcome, Removal};
+pub use admin::{Drain, MAX_DRAIN_SECS};
 pub use health::{HealthChecker, HealthReport};
 pub use registry::NodeRegistry;

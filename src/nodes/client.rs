@@ -21,7 +21,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-use super::error::NodeCallError;
+use super::answer::clicks_of;
+use super::error::{error_chain, timed_out, NodeCallError};
 use super::link::Link;
 use super::record::Offers;
 
@@ -155,14 +156,11 @@ impl NodeClient {
         &self.probe
     }
 
-    /// One press to a node, as a future of its own that reads the node's
-    /// own count: it owns what it needs, so a press its node is slow to
-    /// answer can be carried on in a task of its own. No overall timeout:
-    /// the caller bounds it (`NODE_TIMEOUT_MS`, see [`timeout`](Self::timeout));
-    /// the connect is bounded by `NODE_CONNECT_TIMEOUT_MS`.
-    ///
-    /// `epoch`: the fencing epoch the session's mapping was read under, for
-    /// a node that enforces it; any other node gets the task's body alone.
+    /// One press to a node, as a future that owns what it needs (so it can
+    /// be carried on in a task of its own) and reads the node's count. The
+    /// caller bounds it ([`timeout`](Self::timeout)); the connect is bounded
+    /// by `NODE_CONNECT_TIMEOUT_MS`. `epoch`: the fencing epoch the mapping
+    /// was read under, sent only to a node that enforces it.
     pub fn press(
         &self,
         link: &Arc<Link>,
@@ -411,29 +409,6 @@ impl NodeClient {
     }
 }
 
-/// The count in a node's answer to a press; a fencing refusal (409 with
-/// `"code":"stale_epoch"`) is told apart; any other status is a failure.
-fn clicks_of(status: StatusCode, body: &[u8]) -> Result<i64, NodeCallError> {
-    if status == StatusCode::CONFLICT {
-        #[derive(serde::Deserialize)]
-        struct Refusal<'a> {
-            code: &'a str,
-            fence: u64,
-        }
-        if let Ok(refusal) = serde_json::from_slice::<Refusal>(body) {
-            if refusal.code == "stale_epoch" {
-                return Err(NodeCallError::StaleEpoch {
-                    fence: refusal.fence,
-                });
-            }
-        }
-    }
-    if !status.is_success() {
-        return Err(NodeCallError::Status(status));
-    }
-    parse_clicks(body)
-}
-
 /// A press on its way to a node (see [`NodeClient::press`]).
 pub type Exchange =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<i64, NodeCallError>> + Send>>;
@@ -467,75 +442,9 @@ async fn exchange(
     })
 }
 
-/// Reads `You clicked N times`, also in the task template's words (`You
-/// clicked the button N times`): the count is the number right before
-/// `time(s)`, and the answer must begin with `You clicked`.
-pub fn parse_clicks(body: &[u8]) -> Result<i64, NodeCallError> {
-    let text = std::str::from_utf8(body).map_err(|_| NodeCallError::Body("not UTF-8".into()))?;
-    text.trim()
-        .strip_prefix("You clicked ")
-        .and_then(|rest| {
-            rest.strip_suffix(" times")
-                .or_else(|| rest.strip_suffix(" time"))
-        })
-        .and_then(|rest| rest.rsplit(' ').next())
-        .and_then(|n| n.parse::<i64>().ok())
-        .filter(|n| *n >= 0)
-        .ok_or_else(|| NodeCallError::Body(text.chars().take(80).collect()))
-}
-
 /// `{address}{path}` as a request target.
 fn node_uri(address: &str, path: &str) -> Result<http::Uri, NodeCallError> {
     format!("{address}{path}")
         .parse()
         .map_err(|e: http::uri::InvalidUri| NodeCallError::Request(e.to_string()))
-}
-
-/// Whether an error was caused by time running out (hyper's connector
-/// says so with an `io::Error` of kind `TimedOut` in its chain).
-fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut source = Some(e);
-    while let Some(error) = source {
-        if error
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
-        {
-            return true;
-        }
-        source = error.source();
-    }
-    false
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_the_count_from_a_node_answer() {
-        assert_eq!(parse_clicks(b"You clicked 5 times").unwrap(), 5);
-        assert_eq!(parse_clicks(b"You clicked 1 time\n").unwrap(), 1);
-        assert_eq!(parse_clicks(b"You clicked the button 7 times").unwrap(), 7);
-        for bad in [
-            &b"OK"[..],
-            b"You clicked -1 times",
-            b"You clicked many times",
-            b"You clicked the button times",
-            b"We clicked 3 times",
-            b"\xff",
-        ] {
-            assert!(parse_clicks(bad).is_err());
-        }
-    }
 }

@@ -68,3 +68,30 @@ impl NodeCallError {
         )
     }
 }
+
+/// Whether an error was caused by time running out (hyper's connector
+/// says so with an `io::Error` of kind `TimedOut` in its chain).
+pub(super) fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(e);
+    while let Some(error) = source {
+        if error
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        source = error.source();
+    }
+    false
+}
+
+pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

@@ -3,7 +3,9 @@
 //! here starts a clean (that is `cluster`, above it).
 
 pub mod address;
+mod answer;
 pub mod client;
+mod entry;
 pub mod error;
 pub mod evidence;
 pub mod limit;

@@ -2,8 +2,10 @@
 //! fail over once when the node fails. Testable without HTTP.
 
 pub mod cache;
+mod error;
 pub mod id;
 mod service;
 
+pub use error::{Busy, PressError};
 pub use id::{SessionId, SessionIdError};
-pub use service::{Busy, PressError, PressSettings, Pressed, SessionService};
+pub use service::{PressSettings, Pressed, SessionService};

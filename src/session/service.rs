@@ -3,63 +3,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
+use tracing::debug;
+
+mod attempt;
 
 use super::cache::MappingCache;
+use super::error::expire_error;
+use super::error::{Busy, PressError};
 use super::SessionId;
-use crate::archive::events::Actor;
 use crate::archive::history::Cause;
-use crate::archive::{Archive, ArchiveError};
+use crate::archive::Archive;
 use crate::clock::Clock;
 use crate::cluster::NodeRegistry;
 use crate::lifecycle::{CleanError, Sweeper};
-use crate::nodes::client::Exchange;
-use crate::nodes::limit::InFlightPermit;
-use crate::nodes::table::InFlight;
-use crate::nodes::{NodeCallError, NodeClient, NodeEntry, NodeTable, Selector, Spared};
-use crate::store::{Mapping, Placed, Store, StoreError};
-
-#[derive(Debug, thiserror::Error)]
-pub enum PressError {
-    #[error("no node is available")]
-    NoNode,
-    #[error("node {node} failed: {source}")]
-    NodeFailed {
-        node: String,
-        #[source]
-        source: NodeCallError,
-    },
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Archive(#[from] ArchiveError),
-    #[error("archiving the expired session failed: {0}")]
-    Expire(#[source] CleanError),
-    #[error("moving the session off its failed node failed: {0}")]
-    FailOver(#[source] CleanError),
-    /// The press was never sent: the node's limit of presses in flight
-    /// stayed full for the queue's wait, or a clean of the node held its
-    /// gate for the press's whole deadline.
-    #[error("node {node} is busy: {why}")]
-    NodeBusy { node: String, why: Busy },
-    /// The press was sent and not answered (in time, or a gateway in front
-    /// of the node answered 502 or 503), by a node that is alive (it answers
-    /// others) or the last one serving: it stays up, and the press may have
-    /// been counted.
-    #[error("node {node} did not answer the press: {source} ({why})")]
-    NodeSaturated {
-        node: String,
-        #[source]
-        source: NodeCallError,
-        why: &'static str,
-    },
-    #[error("the registry is being rebuilt after Redis lost its data")]
-    Rebuilding,
-    #[error("the press did not complete within its deadline")]
-    Deadline,
-    #[error("this replica is not following clean fences right now")]
-    NotFollowingFences,
-}
+use crate::nodes::{NodeCallError, NodeClient, NodeEntry, NodeTable, Selector};
+use crate::store::{Mapping, Placed, Store};
+use attempt::{Attempt, Held};
 
 /// A served press.
 #[derive(Debug, Clone)]
@@ -99,66 +58,9 @@ pub struct SessionService {
     history: bool,
 }
 
-/// Why a press was never sent to its node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Busy {
-    /// Its queue stayed full (`NODE_QUEUE_TIMEOUT_MS`).
-    Queue,
-    /// A clean of the node held its gate past the press's deadline.
-    Cleaning,
-}
-
-impl std::fmt::Display for Busy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Busy::Queue => "its queue is full",
-            Busy::Cleaning => "it is being cleaned",
-        })
-    }
-}
-
-/// A press's hold on its node: the gate (no clean of the node starts while
-/// it is held), its place under the node's limit, its count in flight.
-struct Held {
-    _gate: tokio::sync::OwnedRwLockReadGuard<()>,
-    _permit: InFlightPermit,
-    _in_flight: InFlight,
-}
-
-/// How many `NODE_TIMEOUT_MS` periods a carried press may hold its node's
-/// gate ([`SessionService::carry_on`]).
-const CARRY_LIMIT: u32 = 10;
-
-/// How long a press refused by a node that is being cleaned waits before
-/// it reads its mapping again.
-const REFUSED_RETRY: Duration = Duration::from_millis(50);
-
 /// How often a press queues again for a node whose backlog timed out its
 /// connect (nothing was sent) before it is answered `node_busy`.
 const MAX_REQUEUES: u32 = 2;
-
-/// What happened to one attempt at a node.
-enum Attempt {
-    Served(i64),
-    /// The node was declared down while we waited for it.
-    Abandoned(Held),
-    /// The press could not be sent as it is: not the node's doing.
-    NotTheNode(NodeCallError),
-    /// A fencing node refused the press, uncounted: it cleaned the session
-    /// (token `fence`) after the mapping was read.
-    Refused {
-        fence: u64,
-    },
-    /// Time ran out (or a gateway answered 502/503) at a node that is
-    /// alive, or the last one serving: it stays up. A press still at the
-    /// node was carried on ([`SessionService::carry_on`]).
-    Spared {
-        error: NodeCallError,
-        why: Spared,
-    },
-    /// The node failed: it must be marked down while the gate is held.
-    Failed(NodeCallError, Held),
-}
 
 /// What the press flow follows from the configuration.
 #[derive(Debug, Clone)]
@@ -405,66 +307,6 @@ impl SessionService {
         }
     }
 
-    /// A press failed at its node, which is gone: marked down *before the
-    /// gate is released* (the caller holds it), so a clean waiting for the
-    /// gate sees it down and never asks it to archive counts that may
-    /// include this press. A second failure ends the press.
-    async fn failed(
-        &self,
-        entry: &NodeEntry,
-        id: &str,
-        error: NodeCallError,
-        failed: &mut Option<(String, NodeCallError)>,
-    ) -> Result<(), PressError> {
-        warn!(node = %entry.address, session = %super::id::logged(id), %error, "press failed; node marked down");
-        self.registry
-            .mark_down(
-                entry,
-                Actor::PressFailure,
-                &format!("a press failed: {error}"),
-            )
-            .await;
-        if let Some((node, source)) = failed.take() {
-            return Err(PressError::NodeFailed { node, source });
-        }
-        *failed = Some((entry.address.clone(), error));
-        metrics::counter!("nodes_control_failovers_total").increment(1);
-        Ok(())
-    }
-
-    /// A fencing node refused a press: it has done a clean (token `fence`)
-    /// newer than the epoch this replica knows. Learned from the registry
-    /// when the clean is recorded there; while one is under way (its fence
-    /// is up, or its journal waits to be finished) the press waits a moment
-    /// and reads again. A clean that ended without recording its epoch (the
-    /// cleaner lost Redis after its fence came down) ended when its fence
-    /// came down, so the node's word is recorded and learned.
-    async fn learn_after_refusal(&self, entry: &NodeEntry, fence: u64) -> Result<(), PressError> {
-        let recorded = self.store().nodes.node_epoch(&entry.address).await?;
-        if recorded >= fence {
-            self.table().learn_epoch(entry, recorded);
-            return Ok(());
-        }
-        if self
-            .store()
-            .fences
-            .clean_in_progress(&entry.address)
-            .await?
-        {
-            tokio::time::sleep(REFUSED_RETRY).await;
-            return Ok(());
-        }
-        // The node knows a newer clean than Redis does: its cleaner lost
-        // Redis, or Redis lost what was recorded. The latter is rebuilt, not learned.
-        self.store().replicas.confirm_identity().await?;
-        self.store()
-            .nodes
-            .set_node_epoch(&entry.address, fence)
-            .await?;
-        self.table().learn_epoch(entry, fence);
-        Ok(())
-    }
-
     /// Reads the mapping from Redis (the clean mark first) and caches it.
     async fn read(&self, id: &str) -> Result<(Option<Mapping>, u64), PressError> {
         let mark = self.table().clean_mark();
@@ -484,164 +326,6 @@ impl SessionService {
     /// Drops cached mappings of sessions that expired by now.
     pub fn purge_cache(&self) -> usize {
         self.cache.purge_expired(self.clock.now_ms())
-    }
-
-    /// Forwards the press, giving up as soon as the node is declared down
-    /// (by us or another replica): it will be wiped, its answer is moot.
-    /// `held` is given back where the caller still needs the gate; a press
-    /// the node may still count is carried on holding it (see
-    /// [`carry_on`](Self::carry_on)).
-    async fn attempt(
-        &self,
-        entry: &Arc<NodeEntry>,
-        id: &str,
-        held: Held,
-        fence_epoch: u64,
-    ) -> Attempt {
-        let down = entry.declared_down();
-        if !entry.serves_presses() {
-            return Attempt::Abandoned(held);
-        }
-        let epoch = entry.fences().then_some(fence_epoch);
-        let mut exchange = match self.client().press(&entry.link, id, epoch) {
-            Ok(exchange) => exchange,
-            Err(error) => return Attempt::NotTheNode(error),
-        };
-        let sent_at = crate::clock::mono_ms();
-        let result = tokio::select! {
-            result = &mut exchange => result,
-            _ = down => return Attempt::Abandoned(held),
-            _ = tokio::time::sleep(self.client().timeout()) => Err(NodeCallError::Timeout),
-        };
-        let error = match result {
-            Ok(count) => {
-                entry.link.metrics.served();
-                entry.evidence.answered();
-                entry.link.limit.answered();
-                return Attempt::Served(count);
-            }
-            // The node is well and counted nothing.
-            Err(NodeCallError::StaleEpoch { fence }) => {
-                entry.evidence.answered();
-                return Attempt::Refused { fence };
-            }
-            Err(error) => error,
-        };
-        entry.link.metrics.failed();
-        if !error.is_node_fault() {
-            return Attempt::NotTheNode(error);
-        }
-        let why = match self.table().spare(entry, &error, sent_at) {
-            Some(why) => why,
-            // Other nodes serve in this view, but another replica may be
-            // taking them down at this moment: Redis has the last word.
-            None if error.is_inconclusive()
-                && !self
-                    .registry
-                    .mark_down_unless_last(
-                        entry,
-                        Actor::PressFailure,
-                        &format!("a press failed: {error}"),
-                    )
-                    .await =>
-            {
-                Spared::LastNode
-            }
-            None => return Attempt::Failed(error, held),
-        };
-        if why == Spared::Saturated {
-            let accepted = match error {
-                NodeCallError::ConnectTimeout => entry.link.connections_busy(),
-                _ => None,
-            };
-            if let Some(limit) = entry.link.limit.saturated(accepted) {
-                info!(node = %entry.address, limit, %error, "node saturated: fewer presses in flight to it");
-            }
-        }
-        if matches!(error, NodeCallError::Timeout) {
-            self.carry_on(entry.clone(), exchange, held);
-        }
-        Attempt::Spared { error, why }
-    }
-
-    /// A press that its node, alive but saturated, did not answer within
-    /// `NODE_TIMEOUT_MS` is still at the node, which may yet count it. It
-    /// keeps the node's gate, in a task of its own, until the node answers:
-    /// no clean of the node starts on any replica meanwhile, so a count the
-    /// node makes late can never land after a clean forgot the session
-    /// (design.md, "Overload is not death"). Every `NODE_TIMEOUT_MS` it
-    /// looks again: a node that answered nothing else meanwhile is marked
-    /// down (before the gate opens, as any failed press; unless it is the
-    /// last up node) and failed over. After [`CARRY_LIMIT`] periods the
-    /// node is marked down whether it answers others or not, and the last
-    /// up node's gate opens (its connection is dropped), with a warning.
-    fn carry_on(&self, entry: Arc<NodeEntry>, mut exchange: Exchange, held: Held) {
-        let (registry, patience) = (self.registry.clone(), self.client().timeout());
-        let mut looked_at = crate::clock::mono_ms();
-        self.carried.spawn(async move {
-            let down = entry.declared_down();
-            let mut down = std::pin::pin!(down);
-            if !entry.serves_presses() {
-                return; // declared down meanwhile: its counts are moot
-            }
-            let mut tick = tokio::time::interval_at(Instant::now() + patience, patience);
-            let mut periods = 0;
-            let reason = loop {
-                tokio::select! {
-                    result = &mut exchange => match result {
-                        // A refusal is an answer too: nothing was counted.
-                        Ok(_) | Err(NodeCallError::StaleEpoch { .. }) => {
-                            entry.evidence.answered();
-                            entry.link.limit.answered();
-                            return;
-                        }
-                        Err(error) => {
-                            let reason = format!("a press failed after its timeout: {error}");
-                            if !error.is_inconclusive() {
-                                registry.mark_down(&entry, Actor::PressFailure, &reason).await;
-                                break reason;
-                            }
-                            if registry.mark_down_unless_last(&entry, Actor::PressFailure, &reason).await {
-                                break reason;
-                            }
-                            return; // the last node; the exchange is over
-                        }
-                    },
-                    _ = &mut down => return,
-                    _ = tick.tick() => {
-                        periods += 1;
-                        let alive = entry.evidence.answered_since(looked_at);
-                        looked_at = crate::clock::mono_ms();
-                        if alive && periods < CARRY_LIMIT {
-                            continue;
-                        }
-                        let reason = format!("a press was not answered in {} ms", patience.as_millis() * (periods + 1) as u128);
-                        if registry.mark_down_unless_last(&entry, Actor::PressFailure, &reason).await {
-                            break reason;
-                        }
-                        if periods >= CARRY_LIMIT {
-                            warn!(node = %entry.address, %reason, "the last up node holds a press too long: its gate opens");
-                            return;
-                        }
-                    }
-                }
-            };
-            warn!(node = %entry.address, %reason, "node marked down");
-            drop(held);
-            if let Err(error) = registry.fail_over(&entry.address).await {
-                warn!(node = %entry.address, %error, "failover did not complete; presses retry it");
-            }
-        });
-    }
-
-    /// Waits (at most `limit`) for the presses carried on past their
-    /// timeout: at shutdown, before this replica stops following fences,
-    /// so no clean elsewhere overtakes one. Returns whether all ended.
-    pub async fn finish_carried(&self, limit: Duration) -> bool {
-        self.carried.close();
-        tokio::time::timeout(limit, self.carried.wait())
-            .await
-            .is_ok()
     }
 
     /// Makes sure the session no longer lives on a failed node: the first
@@ -730,14 +414,5 @@ impl SessionService {
         }
         self.registry.refresh().await?;
         Ok(self.table().get(address))
-    }
-}
-
-/// Outages keep their own codes; anything else is a failed clean.
-fn expire_error(error: CleanError) -> PressError {
-    match error {
-        CleanError::Store(e) => PressError::Store(e),
-        CleanError::Archive(e) => PressError::Archive(e),
-        other => PressError::Expire(other),
     }
 }

@@ -1,0 +1,76 @@
+//! What a press can end in besides a count; `http/error.rs` turns each
+//! into its answer.
+
+use crate::archive::ArchiveError;
+use crate::lifecycle::CleanError;
+use crate::nodes::NodeCallError;
+use crate::store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PressError {
+    #[error("no node is available")]
+    NoNode,
+    #[error("node {node} failed: {source}")]
+    NodeFailed {
+        node: String,
+        #[source]
+        source: NodeCallError,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Archive(#[from] ArchiveError),
+    #[error("archiving the expired session failed: {0}")]
+    Expire(#[source] CleanError),
+    #[error("moving the session off its failed node failed: {0}")]
+    FailOver(#[source] CleanError),
+    /// The press was never sent: the node's limit of presses in flight
+    /// stayed full for the queue's wait, or a clean of the node held its
+    /// gate for the press's whole deadline.
+    #[error("node {node} is busy: {why}")]
+    NodeBusy { node: String, why: Busy },
+    /// The press was sent and not answered (in time, or a gateway in front
+    /// of the node answered 502 or 503), by a node that is alive (it answers
+    /// others) or the last one serving: it stays up, and the press may have
+    /// been counted.
+    #[error("node {node} did not answer the press: {source} ({why})")]
+    NodeSaturated {
+        node: String,
+        #[source]
+        source: NodeCallError,
+        why: &'static str,
+    },
+    #[error("the registry is being rebuilt after Redis lost its data")]
+    Rebuilding,
+    #[error("the press did not complete within its deadline")]
+    Deadline,
+    #[error("this replica is not following clean fences right now")]
+    NotFollowingFences,
+}
+
+/// Why a press was never sent to its node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Busy {
+    /// Its queue stayed full (`NODE_QUEUE_TIMEOUT_MS`).
+    Queue,
+    /// A clean of the node held its gate past the press's deadline.
+    Cleaning,
+}
+
+impl std::fmt::Display for Busy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Busy::Queue => "its queue is full",
+            Busy::Cleaning => "it is being cleaned",
+        })
+    }
+}
+
+/// Outages keep their own codes; anything else is a failed clean.
+pub(super) fn expire_error(error: CleanError) -> PressError {
+    match error {
+        CleanError::Store(e) => PressError::Store(e),
+        CleanError::Archive(e) => PressError::Archive(e),
+        other => PressError::Expire(other),
+    }
+}

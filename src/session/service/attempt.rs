@@ -1,0 +1,279 @@
+//! One attempt at a press's node, and the press carried on past its
+//! timeout at a node that is alive.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use super::SessionService;
+use crate::archive::events::Actor;
+use crate::nodes::client::Exchange;
+use crate::nodes::limit::InFlightPermit;
+use crate::nodes::table::InFlight;
+use crate::nodes::{NodeCallError, NodeEntry, Spared};
+use crate::session::PressError;
+
+/// How long a press refused by a node that is being cleaned waits before
+/// it reads its mapping again.
+const REFUSED_RETRY: Duration = Duration::from_millis(50);
+
+/// A press's hold on its node: the gate (no clean of the node starts while
+/// it is held), its place under the node's limit, its count in flight.
+pub(super) struct Held {
+    pub(super) _gate: tokio::sync::OwnedRwLockReadGuard<()>,
+    pub(super) _permit: InFlightPermit,
+    pub(super) _in_flight: InFlight,
+}
+
+/// How many `NODE_TIMEOUT_MS` periods a carried press may hold its node's
+/// gate ([`SessionService::carry_on`]).
+const CARRY_LIMIT: u32 = 10;
+
+/// What happened to one attempt at a node.
+pub(super) enum Attempt {
+    Served(i64),
+    /// The node was declared down while we waited for it.
+    Abandoned(Held),
+    /// The press could not be sent as it is: not the node's doing.
+    NotTheNode(NodeCallError),
+    /// A fencing node refused the press, uncounted: it cleaned the session
+    /// (token `fence`) after the mapping was read.
+    Refused {
+        fence: u64,
+    },
+    /// Time ran out (or a gateway answered 502/503) at a node that is
+    /// alive, or the last one serving: it stays up. A press still at the
+    /// node was carried on ([`SessionService::carry_on`]).
+    Spared {
+        error: NodeCallError,
+        why: Spared,
+    },
+    /// The node failed: it must be marked down while the gate is held.
+    Failed(NodeCallError, Held),
+}
+
+impl SessionService {
+    /// Forwards the press, giving up as soon as the node is declared down
+    /// (by us or another replica): it will be wiped, its answer is moot.
+    /// `held` is given back where the caller still needs the gate; a press
+    /// the node may still count is carried on holding it (see
+    /// [`carry_on`](Self::carry_on)).
+    pub(super) async fn attempt(
+        &self,
+        entry: &Arc<NodeEntry>,
+        id: &str,
+        held: Held,
+        fence_epoch: u64,
+    ) -> Attempt {
+        let down = entry.declared_down();
+        if !entry.serves_presses() {
+            return Attempt::Abandoned(held);
+        }
+        let epoch = entry.fences().then_some(fence_epoch);
+        let mut exchange = match self.client().press(&entry.link, id, epoch) {
+            Ok(exchange) => exchange,
+            Err(error) => return Attempt::NotTheNode(error),
+        };
+        let sent_at = crate::clock::mono_ms();
+        let result = tokio::select! {
+            result = &mut exchange => result,
+            _ = down => return Attempt::Abandoned(held),
+            _ = tokio::time::sleep(self.client().timeout()) => Err(NodeCallError::Timeout),
+        };
+        let error = match result {
+            Ok(count) => {
+                entry.link.metrics.served();
+                entry.evidence.answered();
+                entry.link.limit.answered();
+                return Attempt::Served(count);
+            }
+            // The node is well and counted nothing.
+            Err(NodeCallError::StaleEpoch { fence }) => {
+                entry.evidence.answered();
+                return Attempt::Refused { fence };
+            }
+            Err(error) => error,
+        };
+        entry.link.metrics.failed();
+        if !error.is_node_fault() {
+            return Attempt::NotTheNode(error);
+        }
+        let why = match self.table().spare(entry, &error, sent_at) {
+            Some(why) => why,
+            // Other nodes serve in this view, but another replica may be
+            // taking them down at this moment: Redis has the last word.
+            None if error.is_inconclusive()
+                && !self
+                    .registry
+                    .mark_down_unless_last(
+                        entry,
+                        Actor::PressFailure,
+                        &format!("a press failed: {error}"),
+                    )
+                    .await =>
+            {
+                Spared::LastNode
+            }
+            None => return Attempt::Failed(error, held),
+        };
+        if why == Spared::Saturated {
+            let accepted = match error {
+                NodeCallError::ConnectTimeout => entry.link.connections_busy(),
+                _ => None,
+            };
+            if let Some(limit) = entry.link.limit.saturated(accepted) {
+                info!(node = %entry.address, limit, %error, "node saturated: fewer presses in flight to it");
+            }
+        }
+        if matches!(error, NodeCallError::Timeout) {
+            self.carry_on(entry.clone(), exchange, held);
+        }
+        Attempt::Spared { error, why }
+    }
+
+    /// A press that its node, alive but saturated, did not answer within
+    /// `NODE_TIMEOUT_MS` is still at the node, which may yet count it. It
+    /// keeps the node's gate, in a task of its own, until the node answers:
+    /// no clean of the node starts on any replica meanwhile, so a count the
+    /// node makes late can never land after a clean forgot the session
+    /// (design.md, "Overload is not death"). Every `NODE_TIMEOUT_MS` it
+    /// looks again: a node that answered nothing else meanwhile is marked
+    /// down (before the gate opens, as any failed press; unless it is the
+    /// last up node) and failed over. After [`CARRY_LIMIT`] periods the
+    /// node is marked down whether it answers others or not, and the last
+    /// up node's gate opens (its connection is dropped), with a warning.
+    fn carry_on(&self, entry: Arc<NodeEntry>, mut exchange: Exchange, held: Held) {
+        let (registry, patience) = (self.registry.clone(), self.client().timeout());
+        let mut looked_at = crate::clock::mono_ms();
+        self.carried.spawn(async move {
+            let down = entry.declared_down();
+            let mut down = std::pin::pin!(down);
+            if !entry.serves_presses() {
+                return; // declared down meanwhile: its counts are moot
+            }
+            let mut tick = tokio::time::interval_at(Instant::now() + patience, patience);
+            let mut periods = 0;
+            let reason = loop {
+                tokio::select! {
+                    result = &mut exchange => match result {
+                        // A refusal is an answer too: nothing was counted.
+                        Ok(_) | Err(NodeCallError::StaleEpoch { .. }) => {
+                            entry.evidence.answered();
+                            entry.link.limit.answered();
+                            return;
+                        }
+                        Err(error) => {
+                            let reason = format!("a press failed after its timeout: {error}");
+                            if !error.is_inconclusive() {
+                                registry.mark_down(&entry, Actor::PressFailure, &reason).await;
+                                break reason;
+                            }
+                            if registry.mark_down_unless_last(&entry, Actor::PressFailure, &reason).await {
+                                break reason;
+                            }
+                            return; // the last node; the exchange is over
+                        }
+                    },
+                    _ = &mut down => return,
+                    _ = tick.tick() => {
+                        periods += 1;
+                        let alive = entry.evidence.answered_since(looked_at);
+                        looked_at = crate::clock::mono_ms();
+                        if alive && periods < CARRY_LIMIT {
+                            continue;
+                        }
+                        let reason = format!("a press was not answered in {} ms", patience.as_millis() * (periods + 1) as u128);
+                        if registry.mark_down_unless_last(&entry, Actor::PressFailure, &reason).await {
+                            break reason;
+                        }
+                        if periods >= CARRY_LIMIT {
+                            warn!(node = %entry.address, %reason, "the last up node holds a press too long: its gate opens");
+                            return;
+                        }
+                    }
+                }
+            };
+            warn!(node = %entry.address, %reason, "node marked down");
+            drop(held);
+            if let Err(error) = registry.fail_over(&entry.address).await {
+                warn!(node = %entry.address, %error, "failover did not complete; presses retry it");
+            }
+        });
+    }
+
+    /// Waits (at most `limit`) for the presses carried on past their
+    /// timeout: at shutdown, before this replica stops following fences,
+    /// so no clean elsewhere overtakes one. Returns whether all ended.
+    pub async fn finish_carried(&self, limit: Duration) -> bool {
+        self.carried.close();
+        tokio::time::timeout(limit, self.carried.wait())
+            .await
+            .is_ok()
+    }
+
+    /// A press failed at its node, which is gone: marked down *before the
+    /// gate is released* (the caller holds it), so a clean waiting for the
+    /// gate sees it down and never asks it to archive counts that may
+    /// include this press. A second failure ends the press.
+    pub(super) async fn failed(
+        &self,
+        entry: &NodeEntry,
+        id: &str,
+        error: NodeCallError,
+        failed: &mut Option<(String, NodeCallError)>,
+    ) -> Result<(), PressError> {
+        warn!(node = %entry.address, session = %crate::session::id::logged(id), %error, "press failed; node marked down");
+        self.registry
+            .mark_down(
+                entry,
+                Actor::PressFailure,
+                &format!("a press failed: {error}"),
+            )
+            .await;
+        if let Some((node, source)) = failed.take() {
+            return Err(PressError::NodeFailed { node, source });
+        }
+        *failed = Some((entry.address.clone(), error));
+        metrics::counter!("nodes_control_failovers_total").increment(1);
+        Ok(())
+    }
+
+    /// A fencing node refused a press: it has done a clean (token `fence`)
+    /// newer than the epoch this replica knows. Learned from the registry
+    /// when the clean is recorded there; while one is under way (its fence
+    /// is up, or its journal waits to be finished) the press waits a moment
+    /// and reads again. A clean that ended without recording its epoch (the
+    /// cleaner lost Redis after its fence came down) ended when its fence
+    /// came down, so the node's word is recorded and learned.
+    pub(super) async fn learn_after_refusal(
+        &self,
+        entry: &NodeEntry,
+        fence: u64,
+    ) -> Result<(), PressError> {
+        let recorded = self.store().nodes.node_epoch(&entry.address).await?;
+        if recorded >= fence {
+            self.table().learn_epoch(entry, recorded);
+            return Ok(());
+        }
+        if self
+            .store()
+            .fences
+            .clean_in_progress(&entry.address)
+            .await?
+        {
+            tokio::time::sleep(REFUSED_RETRY).await;
+            return Ok(());
+        }
+        // The node knows a newer clean than Redis does: its cleaner lost
+        // Redis, or Redis lost what was recorded. The latter is rebuilt, not learned.
+        self.store().replicas.confirm_identity().await?;
+        self.store()
+            .nodes
+            .set_node_epoch(&entry.address, fence)
+            .await?;
+        self.table().learn_epoch(entry, fence);
+        Ok(())
+    }
+}
