@@ -1,0 +1,22 @@
+//! The balancer's protocol as a small model, checked with stateright.
+//!
+//! One session, pressed by one client through two replicas, on two nodes:
+//! node 0 fences (it refuses a press older than its last clean, and stamps
+//! its archive rows with the clean's token), node 1 speaks the task's API
+//! only. Redis is one server; Postgres is the archive. Every action is one
+//! atomic step of the code, named as there (a Lua script, a Postgres
+//! statement, a call to a node, a timer): `docs/design.md` has the table.
+//!
+//! Nothing here is timed. A timer may fire at any moment, a message may
+//! wait in the network for ever or overtake another, and any actor may
+//! stop between two steps (a paused replica is one whose steps are not
+//! taken for a while): the checker tries every interleaving.
+//!
+//! [`Guards`] switches each fix of the protocol on or off, so that a test
+//! shows the checker failing with the guard out, and passing with all in.
+
+mod check;
+mod state;
+
+pub use check::{check, Report};
+pub use state::{Action, Answer, Guards, Protocol, State};

@@ -1,0 +1,780 @@
+//! The state of the whole system, the actions that move it, and the
+//! properties every reachable state must keep.
+
+use stateright::{Model, Property};
+
+pub const NODES: usize = 2;
+pub const REPLICAS: usize = 2;
+/// Node 0 fences: it refuses a press older than its last clean, and its
+/// archive rows carry the clean's token. Node 1 speaks the task's API only.
+const FENCING: usize = 0;
+
+/// The fixes of the protocol; each one a guard the checker shows is needed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Guards {
+    /// A press its node took and did not answer in time answers 504 (its
+    /// outcome is unknown), never 503 (hole 3).
+    pub unknown_is_504: bool,
+    /// A press is sent to another node only when it provably was not
+    /// counted (never sent, or refused); one that reached a node that then
+    /// failed answers 504 (hole 6).
+    pub retry_only_unsent: bool,
+    /// A replica that finds its timer and the node's answer both ready
+    /// takes the answer (hole 2).
+    pub answer_before_timer: bool,
+    /// A placement carries the archive's version its base was folded at,
+    /// and Redis refuses one older than the session's last unmap (hole 4).
+    pub base_guard: bool,
+}
+
+impl Guards {
+    /// Every fix in.
+    pub const ALL: Guards = Guards {
+        unknown_is_504: true,
+        retry_only_unsent: true,
+        answer_before_timer: true,
+        base_guard: true,
+    };
+
+    /// The protocol as the code had it at 0.1.0.
+    pub const NONE: Guards = Guards {
+        unknown_is_504: false,
+        retry_only_unsent: false,
+        answer_before_timer: false,
+        base_guard: false,
+    };
+}
+
+/// The system: its bounds and which guards it runs with.
+#[derive(Debug, Clone)]
+pub struct Protocol {
+    pub guards: Guards,
+    /// How many presses the client makes in all.
+    pub presses: u8,
+    /// How many of them may be under way at once (a user who clicks again
+    /// before the last click was answered, or who gave up on it).
+    pub outstanding: u8,
+    /// How many cleans (expiry or removal, with archive) may start.
+    pub cleans: u8,
+}
+
+/// What the client was answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Answer {
+    /// 200: counted; the clicks shown.
+    Counted(u8),
+    /// 503: nothing was counted.
+    NotCounted,
+    /// 504: the node took the press and its outcome is unknown.
+    Unknown,
+}
+
+/// One press of the client, and what the checker knows of it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Press {
+    pub answer: Option<Answer>,
+    /// How many times a node counted it.
+    pub counted: u8,
+    /// How many failovers had moved the session off a node when it was
+    /// counted: clicks since a node's last archive are lost when it fails.
+    pub era: u8,
+}
+
+/// Where a replica is in serving one press (`SessionService::press`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Step {
+    /// About to read the session's mapping.
+    Lookup,
+    /// No mapping: about to fold the archive for the base.
+    Fold,
+    /// Folded `base` at archive `version`: about to place. `mark`: the
+    /// replica's clean mark read before the fold.
+    Place { base: u8, version: u8, mark: u8 },
+    /// Mapped to `node`, with `base` and the node's fencing `epoch` as
+    /// read, after the clean mark `mark`.
+    Send {
+        node: u8,
+        base: u8,
+        epoch: u8,
+        mark: u8,
+    },
+    /// Sent; waiting for the node's answer or the timer.
+    Waiting { node: u8, base: u8 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Work {
+    pub press: u8,
+    pub step: Step,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Replica {
+    /// Presses being served, sorted (so equal states hash equal).
+    pub work: Vec<Work>,
+    /// Presses holding each node's gate (no clean of it starts meanwhile).
+    pub in_gate: [u8; NODES],
+    /// Gates this replica closed for a fence.
+    pub gate_closed: [bool; NODES],
+    /// The clean mark (`NodeTable::clean_mark`): bumped whenever a gate
+    /// this replica closed for a clean opens again...
+    pub mark: u8,
+    /// ...and the mark at which each node's gate last opened: a press that
+    /// read its mapping before reads it again (`cleaned_since`).
+    pub cleaned_at: [u8; NODES],
+}
+
+/// A message between a replica (or the cleaner) and a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Msg {
+    /// `POST /press`, with the fencing epoch for a node that fences.
+    Press {
+        press: u8,
+        replica: u8,
+        node: u8,
+        epoch: u8,
+    },
+    /// The node's answer to a press: its count, or `None` for a refusal.
+    Reply {
+        press: u8,
+        replica: u8,
+        node: u8,
+        count: Option<u8>,
+    },
+    /// `POST /clean`: archive (or only forget) under `token`.
+    Clean { node: u8, token: u8, archive: bool },
+    /// The node's answer to a clean.
+    Cleaned { node: u8, token: u8 },
+}
+
+/// A clean's token in Postgres (`archive::tokens`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Token {
+    Issued,
+    /// Settled: what the node archived with it counts.
+    Completed,
+    /// What the node may yet archive with it never counts.
+    Revoked,
+}
+
+/// The cleaner: one operation at a time (the node lock), on any replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Cleaner {
+    Idle,
+    /// Fence raised on `node`; waiting for every replica's gate.
+    Fenced {
+        node: u8,
+        archive: bool,
+    },
+    /// `/clean` sent with `token`; waiting for the node or the timer.
+    Sent {
+        node: u8,
+        token: u8,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct State {
+    // Redis.
+    /// The session's mapping: node, base, and the archive version its base
+    /// was folded at.
+    pub mapping: Option<(u8, u8)>,
+    pub down: [bool; NODES],
+    /// The fencing epoch recorded for each node (its last clean's token).
+    pub epoch: [u8; NODES],
+    pub fence: [bool; NODES],
+    /// The archive's version when the session was last unmapped.
+    pub unmapped_at: u8,
+    // Postgres.
+    /// Archive rows of the session: (token, clicks); token 0: a node that
+    /// stamps none (they always count).
+    pub rows: Vec<(u8, u8)>,
+    /// Token states, by token number - 1.
+    pub tokens: Vec<Token>,
+    /// Bumped by every settled clean.
+    pub version: u8,
+    // Nodes.
+    pub count: [u8; NODES],
+    /// The fencing node's floor: presses with an older epoch are refused.
+    pub floor: u8,
+    // The network, sorted.
+    pub net: Vec<Msg>,
+    pub replicas: [Replica; REPLICAS],
+    /// Replicas that acknowledged the current fence.
+    pub acked: [bool; REPLICAS],
+    pub cleaner: Cleaner,
+    pub cleans: u8,
+    // The client, and what the checker knows.
+    pub presses: Vec<Press>,
+    /// Clicks counted by nodes and not lost.
+    pub truth: u8,
+    /// A replica took a node down while the node's answer waited for it.
+    pub taken_down_answering: bool,
+    /// Failovers that moved the session off a node (and with it the
+    /// clicks since that node's last archive).
+    pub failovers: u8,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// The client presses through `replica`.
+    ClientPress { replica: u8 },
+    /// `SessionStore::lookup` (one `HGET`).
+    Lookup { replica: u8, press: u8 },
+    /// `Archive::fold_one`: the session's archived clicks.
+    FoldOne { replica: u8, press: u8 },
+    /// `place.lua`, choosing `node` for a new session.
+    Place { replica: u8, press: u8, node: u8 },
+    /// `NodeClient::press`: through the gate, onto the wire.
+    SendPress { replica: u8, press: u8 },
+    /// The node's answer read (`attempt`: `Served` or `Refused`).
+    ReadAnswer { replica: u8, press: u8 },
+    /// The press's timer fired; `failed`: the node is judged failed (marked
+    /// down), else spared (alive but slow).
+    Timer {
+        replica: u8,
+        press: u8,
+        failed: bool,
+    },
+    /// A node takes a message off the wire (`POST /press`, `POST /clean`).
+    NodeReceives { msg: Msg },
+    /// `raise_fence.lua` on `node`: a clean (with archive) of an up node, or
+    /// the failover of a down one.
+    RaiseFence { node: u8 },
+    /// `FenceWatcher`: the replica's gate to the node closes (no press of
+    /// its own holds it) and it acknowledges.
+    AckFence { replica: u8 },
+    /// `NodeCleaner::clean`: every replica acknowledged; the token issued
+    /// and `/clean` sent (archive), or the failover's unmap and revoke.
+    CleanNode,
+    /// The node answered the clean: fold, unmap, record the epoch, lower.
+    Settle,
+    /// The clean's timer: the node is declared down, its token revoked,
+    /// its sessions moved off (`clean_failed`).
+    CleanTimer,
+}
+
+fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
+    v.sort();
+    v
+}
+
+impl State {
+    fn work(&self, replica: u8, press: u8) -> Option<Step> {
+        self.replicas[replica as usize]
+            .work
+            .iter()
+            .find(|w| w.press == press)
+            .map(|w| w.step)
+    }
+
+    fn set_step(&mut self, replica: u8, press: u8, step: Option<Step>) {
+        let work = &mut self.replicas[replica as usize].work;
+        work.retain(|w| w.press != press);
+        if let Some(step) = step {
+            work.push(Work { press, step });
+        }
+        work.sort();
+    }
+
+    fn answer(&mut self, replica: u8, press: u8, answer: Answer) {
+        self.presses[press as usize].answer = Some(answer);
+        self.set_step(replica, press, None);
+    }
+
+    fn send(&mut self, msg: Msg) {
+        self.net.push(msg);
+        self.net.sort();
+    }
+
+    fn reply_for(&self, replica: u8, press: u8) -> Option<Msg> {
+        self.net.iter().copied().find(
+            |m| matches!(m, Msg::Reply { press: p, replica: r, .. } if *p == press && *r == replica),
+        )
+    }
+
+    /// What the archive holds for the session: rows whose token was
+    /// settled, and those of a node that stamps none.
+    fn archived(&self) -> u8 {
+        self.rows
+            .iter()
+            .filter(|(token, _)| {
+                *token == 0 || self.tokens[*token as usize - 1] == Token::Completed
+            })
+            .map(|(_, clicks)| clicks)
+            .sum()
+    }
+
+    fn outstanding(&self) -> u8 {
+        self.presses.iter().filter(|p| p.answer.is_none()).count() as u8
+    }
+
+    /// Marks `node` down (`mark_down_unless_last` is not modelled: with one
+    /// session the last node going down only stalls it).
+    fn mark_down(&mut self, node: u8) {
+        self.down[node as usize] = true;
+    }
+
+    /// Unmaps the session if it is on `node`: it continues from its
+    /// archive.
+    fn unmap_if_on(&mut self, node: u8) {
+        if matches!(self.mapping, Some((n, _)) if n == node) {
+            self.mapping = None;
+            self.unmapped_at = self.version;
+        }
+    }
+
+    /// The failover's unmap: what the node counted since its last archive
+    /// is lost.
+    fn fail_over(&mut self, node: u8) {
+        if matches!(self.mapping, Some((n, _)) if n == node) {
+            self.failovers += 1;
+        }
+        self.unmap_if_on(node);
+    }
+
+    /// `lower_fence.lua`; each replica's gate opens, and its clean mark
+    /// records that the node was cleaned (`NodeTable::cleaned`).
+    fn lower_fence(&mut self, node: u8) {
+        self.fence[node as usize] = false;
+        for replica in &mut self.replicas {
+            if replica.gate_closed[node as usize] {
+                replica.gate_closed[node as usize] = false;
+                replica.mark += 1;
+                replica.cleaned_at[node as usize] = replica.mark;
+            }
+        }
+        self.acked = [false; REPLICAS];
+        self.cleaner = Cleaner::Idle;
+    }
+}
+
+impl Model for Protocol {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![State {
+            mapping: None,
+            down: [false; NODES],
+            epoch: [0; NODES],
+            fence: [false; NODES],
+            unmapped_at: 0,
+            rows: Vec::new(),
+            tokens: Vec::new(),
+            version: 0,
+            count: [0; NODES],
+            floor: 0,
+            net: Vec::new(),
+            replicas: Default::default(),
+            acked: [false; REPLICAS],
+            cleaner: Cleaner::Idle,
+            cleans: 0,
+            presses: Vec::new(),
+            truth: 0,
+            taken_down_answering: false,
+            failovers: 0,
+        }]
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        if (s.presses.len() as u8) < self.presses && s.outstanding() < self.outstanding {
+            for replica in 0..REPLICAS as u8 {
+                actions.push(Action::ClientPress { replica });
+            }
+        }
+        for (r, replica) in s.replicas.iter().enumerate() {
+            let replica_id = r as u8;
+            for work in &replica.work {
+                let press = work.press;
+                match work.step {
+                    Step::Lookup => actions.push(Action::Lookup {
+                        replica: replica_id,
+                        press,
+                    }),
+                    Step::Fold => actions.push(Action::FoldOne {
+                        replica: replica_id,
+                        press,
+                    }),
+                    Step::Place { .. } => {
+                        for node in 0..NODES as u8 {
+                            actions.push(Action::Place {
+                                replica: replica_id,
+                                press,
+                                node,
+                            });
+                        }
+                    }
+                    Step::Send { node, .. } => {
+                        if !replica.gate_closed[node as usize] {
+                            actions.push(Action::SendPress {
+                                replica: replica_id,
+                                press,
+                            });
+                        }
+                    }
+                    Step::Waiting { .. } => {
+                        if s.reply_for(replica_id, press).is_some() {
+                            actions.push(Action::ReadAnswer {
+                                replica: replica_id,
+                                press,
+                            });
+                        }
+                        if !(self.guards.answer_before_timer
+                            && s.reply_for(replica_id, press).is_some())
+                        {
+                            actions.push(Action::Timer {
+                                replica: replica_id,
+                                press,
+                                failed: false,
+                            });
+                            actions.push(Action::Timer {
+                                replica: replica_id,
+                                press,
+                                failed: true,
+                            });
+                        }
+                    }
+                }
+            }
+            if let Cleaner::Fenced { node, .. } = s.cleaner {
+                if !s.acked[r] && replica.in_gate[node as usize] == 0 {
+                    actions.push(Action::AckFence {
+                        replica: replica_id,
+                    });
+                }
+            }
+        }
+        for msg in &s.net {
+            if matches!(msg, Msg::Press { .. } | Msg::Clean { .. }) {
+                actions.push(Action::NodeReceives { msg: *msg });
+            }
+        }
+        match s.cleaner {
+            Cleaner::Idle => {
+                for node in 0..NODES as u8 {
+                    let mapped_here = matches!(s.mapping, Some((n, _)) if n == node);
+                    let down = s.down[node as usize];
+                    // A clean with archive of a node holding the session
+                    // (expiry, removal), or the failover of a down one.
+                    if mapped_here && (down || s.cleans < self.cleans) {
+                        actions.push(Action::RaiseFence { node });
+                    }
+                }
+            }
+            Cleaner::Fenced { .. } => {
+                if s.acked.iter().all(|a| *a) {
+                    actions.push(Action::CleanNode);
+                }
+            }
+            Cleaner::Sent { node, token } => {
+                if s.net.contains(&Msg::Cleaned { node, token }) {
+                    actions.push(Action::Settle);
+                }
+                actions.push(Action::CleanTimer);
+            }
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        let g = self.guards;
+        match action {
+            Action::ClientPress { replica } => {
+                let press = s.presses.len() as u8;
+                s.presses.push(Press {
+                    answer: None,
+                    counted: 0,
+                    era: 0,
+                });
+                s.set_step(replica, press, Some(Step::Lookup));
+            }
+            Action::Lookup { replica, press } => {
+                let mark = s.replicas[replica as usize].mark;
+                let step = match s.mapping {
+                    Some((node, base)) => Step::Send {
+                        node,
+                        base,
+                        epoch: s.epoch[node as usize],
+                        mark,
+                    },
+                    None => Step::Fold,
+                };
+                s.set_step(replica, press, Some(step));
+            }
+            Action::FoldOne { replica, press } => {
+                let mark = s.replicas[replica as usize].mark;
+                let step = Step::Place {
+                    base: s.archived(),
+                    version: s.version,
+                    mark,
+                };
+                s.set_step(replica, press, Some(step));
+            }
+            Action::Place {
+                replica,
+                press,
+                node,
+            } => {
+                let Some(Step::Place {
+                    base,
+                    version,
+                    mark,
+                }) = s.work(replica, press)
+                else {
+                    return None;
+                };
+                let step = match s.mapping {
+                    Some((n, b)) => Step::Send {
+                        node: n,
+                        base: b,
+                        epoch: s.epoch[n as usize],
+                        mark,
+                    },
+                    None if g.base_guard && version < s.unmapped_at => Step::Fold,
+                    None if s.down[node as usize] => return None,
+                    None => {
+                        s.mapping = Some((node, base));
+                        Step::Send {
+                            node,
+                            base,
+                            epoch: s.epoch[node as usize],
+                            mark,
+                        }
+                    }
+                };
+                s.set_step(replica, press, Some(step));
+            }
+            Action::SendPress { replica, press } => {
+                let Some(Step::Send {
+                    node,
+                    base,
+                    epoch,
+                    mark,
+                }) = s.work(replica, press)
+                else {
+                    return None;
+                };
+                if s.replicas[replica as usize].cleaned_at[node as usize] > mark {
+                    // The node was cleaned since the mapping was read.
+                    s.set_step(replica, press, Some(Step::Lookup));
+                    return Some(s);
+                }
+                if s.down[node as usize] {
+                    // The node failed meanwhile: nothing was sent.
+                    s.set_step(replica, press, Some(Step::Lookup));
+                    return Some(s);
+                }
+                s.replicas[replica as usize].in_gate[node as usize] += 1;
+                s.send(Msg::Press {
+                    press,
+                    replica,
+                    node,
+                    epoch,
+                });
+                s.set_step(replica, press, Some(Step::Waiting { node, base }));
+            }
+            Action::ReadAnswer { replica, press } => {
+                let Some(Step::Waiting { node, base }) = s.work(replica, press) else {
+                    return None;
+                };
+                let msg = s.reply_for(replica, press)?;
+                s.net.retain(|m| *m != msg);
+                s.replicas[replica as usize].in_gate[node as usize] -= 1;
+                match msg {
+                    Msg::Reply {
+                        count: Some(count), ..
+                    } => s.answer(replica, press, Answer::Counted(count + base)),
+                    // Refused, uncounted: read the mapping again.
+                    _ => s.set_step(replica, press, Some(Step::Lookup)),
+                }
+            }
+            Action::Timer {
+                replica,
+                press,
+                failed,
+            } => {
+                let Some(Step::Waiting { node, .. }) = s.work(replica, press) else {
+                    return None;
+                };
+                s.replicas[replica as usize].in_gate[node as usize] -= 1;
+                if failed {
+                    if s.reply_for(replica, press).is_some() {
+                        s.taken_down_answering = true;
+                    }
+                    s.mark_down(node);
+                    if g.retry_only_unsent {
+                        s.answer(replica, press, Answer::Unknown);
+                    } else {
+                        // Failed over, then tried again elsewhere.
+                        s.set_step(replica, press, Some(Step::Lookup));
+                    }
+                } else if g.unknown_is_504 {
+                    s.answer(replica, press, Answer::Unknown);
+                } else {
+                    s.answer(replica, press, Answer::NotCounted);
+                }
+                // A reply that comes later is read by nobody.
+            }
+            Action::NodeReceives { msg } => {
+                s.net.retain(|m| *m != msg);
+                match msg {
+                    Msg::Press {
+                        press,
+                        replica,
+                        node,
+                        epoch,
+                    } => {
+                        let n = node as usize;
+                        let count = if n == FENCING && epoch < s.floor {
+                            None
+                        } else {
+                            s.count[n] += 1;
+                            s.truth += 1;
+                            s.presses[press as usize].counted += 1;
+                            s.presses[press as usize].era = s.failovers;
+                            Some(s.count[n])
+                        };
+                        s.send(Msg::Reply {
+                            press,
+                            replica,
+                            node,
+                            count,
+                        });
+                    }
+                    Msg::Clean {
+                        node,
+                        token,
+                        archive,
+                    } => {
+                        let n = node as usize;
+                        if archive {
+                            let stamp = if n == FENCING { token } else { 0 };
+                            if s.count[n] > 0 {
+                                s.rows.push((stamp, s.count[n]));
+                                s.rows.sort();
+                            }
+                        } else {
+                            s.truth -= s.count[n];
+                        }
+                        s.count[n] = 0;
+                        if n == FENCING {
+                            s.floor = s.floor.max(token);
+                        }
+                        s.send(Msg::Cleaned { node, token });
+                    }
+                    _ => return None,
+                }
+            }
+            Action::RaiseFence { node } => {
+                s.fence[node as usize] = true;
+                let archive = !s.down[node as usize];
+                if archive {
+                    s.cleans += 1;
+                }
+                s.cleaner = Cleaner::Fenced { node, archive };
+            }
+            Action::AckFence { replica } => {
+                let Cleaner::Fenced { node, .. } = s.cleaner else {
+                    return None;
+                };
+                s.replicas[replica as usize].gate_closed[node as usize] = true;
+                s.acked[replica as usize] = true;
+            }
+            Action::CleanNode => {
+                let Cleaner::Fenced { node, archive } = s.cleaner else {
+                    return None;
+                };
+                if archive {
+                    s.tokens.push(Token::Issued);
+                    let token = s.tokens.len() as u8;
+                    s.send(Msg::Clean {
+                        node,
+                        token,
+                        archive: true,
+                    });
+                    s.cleaner = Cleaner::Sent { node, token };
+                } else {
+                    // Failover: revoke what the node may yet archive, unmap.
+                    revoke_all(&mut s);
+                    s.fail_over(node);
+                    s.lower_fence(node);
+                }
+            }
+            Action::Settle => {
+                let Cleaner::Sent { node, token } = s.cleaner else {
+                    return None;
+                };
+                s.net.retain(|m| *m != Msg::Cleaned { node, token });
+                s.tokens[token as usize - 1] = Token::Completed;
+                s.version += 1;
+                s.unmap_if_on(node);
+                s.epoch[node as usize] = token;
+                s.lower_fence(node);
+            }
+            Action::CleanTimer => {
+                let Cleaner::Sent { node, token } = s.cleaner else {
+                    return None;
+                };
+                s.tokens[token as usize - 1] = Token::Revoked;
+                s.mark_down(node);
+                s.fail_over(node);
+                s.lower_fence(node);
+            }
+        }
+        Some(s)
+    }
+
+    /// Retries and failovers could count and fence for ever: the check
+    /// stops where a press has been counted more than twice over.
+    fn within_boundary(&self, s: &State) -> bool {
+        s.truth <= 2 * self.presses && s.tokens.len() <= 2 * self.cleans as usize + 1
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("a press is counted at most once", |_, s: &State| {
+                s.presses.iter().all(|p| p.counted <= 1)
+            }),
+            Property::always("a 503 means nothing was counted", |_, s: &State| {
+                s.presses
+                    .iter()
+                    .all(|p| !(p.answer == Some(Answer::NotCounted) && p.counted > 0))
+            }),
+            Property::always(
+                "no answer repeats another but for a failover",
+                |_, s: &State| {
+                    let shown = sorted(counted_answers(s));
+                    shown.windows(2).all(|w| w[0] != w[1])
+                },
+            ),
+            Property::always("no answer is above the truth", |_, s: &State| {
+                counted_answers(s).iter().all(|(_, v)| *v <= s.truth)
+            }),
+            Property::always("no node is taken down while it answers", |_, s: &State| {
+                !s.taken_down_answering
+            }),
+        ]
+    }
+}
+
+/// Every 200 answer, with the failovers before its press was counted.
+fn counted_answers(s: &State) -> Vec<(u8, u8)> {
+    s.presses
+        .iter()
+        .filter_map(|p| match p.answer {
+            Some(Answer::Counted(v)) => Some((p.era, v)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every token not settled is revoked: what the node archives with it
+/// later never counts (`fence_out`).
+fn revoke_all(s: &mut State) {
+    for token in &mut s.tokens {
+        if *token == Token::Issued {
+            *token = Token::Revoked;
+        }
+    }
+}
