@@ -143,7 +143,8 @@ async fn conform(variant: Variant) {
 
     // An overload burst: no node is taken down, no session resets, nothing
     // above the truth; what the nodes cannot take is answered node_busy
-    // (or node_timeout: a press sent to a saturated node, maybe counted).
+    // (or a 504 node_timeout: a press sent to a saturated node, maybe
+    // counted).
     let burst_started = chrono::Utc::now();
     let crowd: Vec<String> = (0..64).map(|i| unique(&format!("crowd{i}"))).collect();
     let (report, _) = checker::run(
@@ -434,7 +435,7 @@ impl Drop for KillOnDrop {
 }
 
 /// Timeouts alone never take the last node down: the only node is stopped
-/// (SIGSTOP) under a press; the press answers 503 node_timeout, the node
+/// (SIGSTOP) under a press; the press answers 504 node_timeout, the node
 /// stays up, and once it resumes its sessions go on with their counts
 /// (the press it took late may count: at most the truth, never a reset).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -452,7 +453,7 @@ async fn a_hung_last_node_is_waited_for_not_taken_down() {
     }
     node.pause();
     let stalled = app.press(&session).await;
-    assert_eq!(stalled.status, 503, "{stalled:?}");
+    assert_eq!(stalled.status, 504, "{stalled:?}");
     assert!(stalled.body.contains("node_timeout"), "{stalled:?}");
     node.resume();
     let answer =
@@ -466,7 +467,7 @@ async fn a_hung_last_node_is_waited_for_not_taken_down() {
 
 /// A press its node answers late is carried on holding the node's gate,
 /// so a clean waits for it instead of overtaking it: the only node is
-/// stopped under a press (503 node_timeout), an expiry clean starts, the
+/// stopped under a press (504 node_timeout), an expiry clean starts, the
 /// node resumes and counts the press, and only then is it archived. The
 /// session goes on at exactly the truth. (Were the gate released, the
 /// clean would meet a stopped node, fail it over and the session would

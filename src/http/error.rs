@@ -36,6 +36,9 @@ pub enum ApiError {
     GatewayTimeout,
     #[error("{message}")]
     Unavailable { code: &'static str, message: String },
+    /// The node took the press and its outcome is unknown.
+    #[error("{message}")]
+    OutcomeUnknown { code: &'static str, message: String },
 }
 
 impl ApiError {
@@ -72,6 +75,7 @@ impl ApiError {
             ApiError::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, "body_timeout"),
             ApiError::GatewayTimeout => (StatusCode::GATEWAY_TIMEOUT, "request_timeout"),
             ApiError::Unavailable { code, .. } => (StatusCode::SERVICE_UNAVAILABLE, code),
+            ApiError::OutcomeUnknown { code, .. } => (StatusCode::GATEWAY_TIMEOUT, code),
         }
     }
 }
@@ -154,16 +158,25 @@ impl From<PressError> for ApiError {
                     &format!("the session's node is busy ({why}); nothing was counted; try again"),
                 )
             }
-            PressError::NodeSaturated { node, source, why } => {
-                tracing::warn!(%node, error = %source, why, "press not answered; the node stays up");
-                match source.is_timeout() {
-                    true => ApiError::unavailable(
-                        "node_timeout",
-                        "the session's node did not answer in time; it may have counted the press; try again",
-                    ),
-                    false => ApiError::unavailable(
+            PressError::OutcomeUnknown { node, source } => {
+                tracing::warn!(%node, error = %source, "press outcome unknown");
+                let (code, what) = if source.is_timeout() {
+                    ("node_timeout", "the session's node did not answer in time")
+                } else if source.is_gateway() {
+                    (
                         "node_unavailable",
-                        "a gateway in front of the session's node answered that it is unavailable; the press may have been counted; try again",
+                        "a gateway in front of the session's node answered that it is unavailable",
+                    )
+                } else {
+                    (
+                        "node_failed",
+                        "the session's node failed while it had the press",
+                    )
+                };
+                ApiError::OutcomeUnknown {
+                    code,
+                    message: format!(
+                        "{what}; it may have counted the press, and the next answer shows it"
                     ),
                 }
             }

@@ -190,7 +190,8 @@ impl NodeClient {
                     .await
                     .map_err(|e| match e {
                         super::pool::PoolError::ConnectTimeout => NodeCallError::ConnectTimeout,
-                        other => NodeCallError::Transport(other.to_string()),
+                        super::pool::PoolError::Connect(e) => NodeCallError::Unsent(e),
+                        super::pool::PoolError::Exchange(e) => NodeCallError::Transport(e),
                     })?;
                 let status = StatusCode::from_u16(parsed.status)
                     .map_err(|_| NodeCallError::Body(format!("status {}", parsed.status)))?;
@@ -405,7 +406,7 @@ impl NodeClient {
         .await
         .map_err(|_| NodeCallError::ConnectTimeout)?
         .map(drop)
-        .map_err(|e| NodeCallError::Transport(format!("connect: {e}")))
+        .map_err(|e| NodeCallError::Unsent(format!("connect: {e}")))
     }
 }
 
@@ -424,6 +425,8 @@ async fn exchange(
     let response = hot.request(request).await.map_err(|e| {
         if e.is_connect() && timed_out(&e) {
             NodeCallError::ConnectTimeout
+        } else if e.is_connect() {
+            NodeCallError::Unsent(error_chain(&e))
         } else {
             NodeCallError::Transport(error_chain(&e))
         }

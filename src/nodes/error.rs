@@ -11,13 +11,22 @@ pub enum NodeCallError {
     /// The request could not be built: the client's doing, not the node's.
     #[error("the request to the node could not be built: {0}")]
     Request(String),
+    /// No connection (refused, unreachable): nothing was sent.
     #[error("cannot reach the node: {0}")]
+    Unsent(String),
+    /// The connection failed after the request went out: the node may
+    /// have counted it.
+    #[error("the connection to the node failed: {0}")]
     Transport(String),
     /// No connection within the connect timeout: nothing was sent.
     #[error("connecting to the node timed out")]
     ConnectTimeout,
     #[error("the node did not answer in time")]
     Timeout,
+    /// The node was declared down (by this replica or another) while the
+    /// press was at it.
+    #[error("the node was declared down while the press was at it")]
+    Abandoned,
     #[error("the node answered HTTP {0}")]
     Status(StatusCode),
     #[error("the node answered an unexpected body: {0:?}")]
@@ -34,7 +43,24 @@ impl NodeCallError {
     pub fn is_unreachable(&self) -> bool {
         matches!(
             self,
-            NodeCallError::Transport(_) | NodeCallError::Timeout | NodeCallError::ConnectTimeout
+            NodeCallError::Unsent(_)
+                | NodeCallError::Transport(_)
+                | NodeCallError::Timeout
+                | NodeCallError::ConnectTimeout
+        )
+    }
+
+    /// Whether the node may have counted a press that ended so: anything
+    /// after the request went out, but a fencing refusal. A press is tried
+    /// on another node only when this is false (design.md, "Answers say
+    /// what happened").
+    pub fn may_have_counted(&self) -> bool {
+        !matches!(
+            self,
+            NodeCallError::Request(_)
+                | NodeCallError::Unsent(_)
+                | NodeCallError::ConnectTimeout
+                | NodeCallError::StaleEpoch { .. }
         )
     }
 

@@ -16,7 +16,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use futures::FutureExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -136,15 +135,15 @@ impl PressPool {
         Ok(conn)
     }
 
-    /// An idle connection the node has not closed, if any.
+    /// An idle connection the node has not closed, if any. Each is probed
+    /// with a read that must find nothing: one the node closed (or sent
+    /// what it should not have) is dropped. The reactor's readiness alone
+    /// may not have seen a close that just arrived, and a press written on
+    /// a closed connection fails after it was sent: its outcome unknown, a
+    /// 504 (design.md, The model), where a fresh connection would serve it.
     fn checkout(&self) -> Option<Conn> {
         loop {
             let conn = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()?;
-            // Readable while idle: the node closed it (or sent what it
-            // should not have). Costs no system call when it is not.
-            if conn.buf.is_empty() && conn.stream.readable().now_or_never().is_none() {
-                return Some(conn);
-            }
             let mut probe = [0u8; 1];
             if conn.buf.is_empty()
                 && matches!(conn.stream.try_read(&mut probe), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)

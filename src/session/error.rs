@@ -29,16 +29,14 @@ pub enum PressError {
     /// gate for the press's whole deadline.
     #[error("node {node} is busy: {why}")]
     NodeBusy { node: String, why: Busy },
-    /// The press was sent and not answered (in time, or a gateway in front
-    /// of the node answered 502 or 503), by a node that is alive (it answers
-    /// others) or the last one serving: it stays up, and the press may have
-    /// been counted.
-    #[error("node {node} did not answer the press: {source} ({why})")]
-    NodeSaturated {
+    /// The press reached its node, which did not answer it (in time, or
+    /// at all, or a gateway in front of it answered 502 or 503): the node
+    /// may have counted it, so it is not tried elsewhere (504).
+    #[error("node {node} took the press and did not answer it: {source}")]
+    OutcomeUnknown {
         node: String,
         #[source]
         source: NodeCallError,
-        why: &'static str,
     },
     #[error("the registry is being rebuilt after Redis lost its data")]
     Rebuilding,

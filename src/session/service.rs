@@ -3,7 +3,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::debug;
+use tracing::{debug, warn};
 
 mod attempt;
 
@@ -250,9 +250,15 @@ impl SessionService {
                         node: entry,
                     });
                 }
-                Attempt::Abandoned(held) => {
-                    debug!(node = %entry.address, session = %super::id::logged(id), "press abandoned: node declared down");
+                Attempt::Abandoned { sent: false, held } => {
+                    debug!(node = %entry.address, session = %super::id::logged(id), "press not sent: node declared down");
                     held
+                }
+                Attempt::Abandoned { sent: true, .. } => {
+                    return Err(PressError::OutcomeUnknown {
+                        node: entry.address.clone(),
+                        source: NodeCallError::Abandoned,
+                    });
                 }
                 // The node cleaned the session after its mapping was read:
                 // nothing was counted. Learn the node's epoch, read again.
@@ -273,10 +279,10 @@ impl SessionService {
                 }
                 Attempt::Spared { error, why } => {
                     if !matches!(error, NodeCallError::ConnectTimeout) {
-                        return Err(PressError::NodeSaturated {
+                        warn!(node = %entry.address, %error, why = why.as_str(), "press not answered; the node stays up");
+                        return Err(PressError::OutcomeUnknown {
                             node: entry.address.clone(),
                             source: error,
-                            why: why.as_str(),
                         });
                     }
                     // Nothing was sent: queue for the node again, with a

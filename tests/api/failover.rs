@@ -277,8 +277,11 @@ async fn a_mark_down_redis_refused_is_kept_and_the_node_never_pressed_again() {
     app.add_node(&other.address, "other").await;
 
     node.armed.store(true, Ordering::SeqCst);
+    // Counted and answered 500: the outcome is unknown to the balancer,
+    // which answers 504 and never tries the press elsewhere.
     let failed = app.press(&s).await;
-    assert_eq!(failed.status, 503, "{failed:?}");
+    assert_eq!(failed.status, 504, "{failed:?}");
+    assert!(failed.body.contains("node_failed"), "{failed:?}");
     let counted = node.presses.load(Ordering::SeqCst);
     assert_eq!(counted, 2, "the node counted the failed press");
     // A registry refresh, which still reads the node up, before the next
@@ -310,4 +313,106 @@ async fn a_mark_down_redis_refused_is_kept_and_the_node_never_pressed_again() {
         .unwrap()
         .unwrap();
     assert_eq!(listed.state, nodes_control::store::NodeState::Down);
+}
+
+/// A node of the task's API that answers every press until `armed`, then
+/// takes the next press (reads it whole, counts it) and hangs up without
+/// an answer. Anything but `POST /press` is answered `OK`.
+async fn node_that_hangs_up(
+    taken: Arc<std::sync::atomic::AtomicUsize>,
+    armed: Arc<std::sync::atomic::AtomicBool>,
+) -> String {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let (taken, armed) = (taken.clone(), armed.clone());
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let Ok(n) = socket.read(&mut buf).await else {
+                        return;
+                    };
+                    if n == 0 {
+                        return;
+                    }
+                    request.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&request);
+                    let Some(head_end) = text.find("\r\n\r\n") else {
+                        continue;
+                    };
+                    let length = text[..head_end]
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                        })
+                        .unwrap_or(0);
+                    if request.len() < head_end + 4 + length {
+                        continue;
+                    }
+                    let body = if text.starts_with("POST /press") {
+                        let n = taken.fetch_add(1, Ordering::SeqCst) + 1;
+                        if armed.load(Ordering::SeqCst) {
+                            return; // counted; the connection closes unanswered
+                        }
+                        format!("You clicked {n} times")
+                    } else {
+                        "OK".to_owned()
+                    };
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if socket.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    request.clear();
+                }
+            });
+        }
+    });
+    address
+}
+
+/// A press its node took and then hung up on may have been counted (the
+/// model's hole 6, design.md): it answers 504 `node_failed` and is never
+/// sent to another node, where it would count a second time.
+#[tokio::test]
+async fn a_press_its_node_took_and_hung_up_on_answers_504_and_is_not_sent_elsewhere() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    let app = spawn_app_with(test_config()).await;
+    let (taken, armed) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let address = node_that_hangs_up(taken.clone(), armed.clone()).await;
+    app.add_node(&address, "hangs-up").await;
+    let s = unique("hung-up");
+    assert_eq!(app.press(&s).await.clicks(), 1);
+    let other = common::TestNode::start("other", false);
+    app.add_node(&other.address, "other").await;
+
+    armed.store(true, Ordering::SeqCst);
+    let answer = app.press(&s).await;
+    assert_eq!(answer.status, 504, "{answer:?}");
+    assert!(answer.body.contains("node_failed"), "{answer:?}");
+    assert_eq!(taken.load(Ordering::SeqCst), 2, "the node took the press");
+    assert_eq!(
+        other.node.session_count().await,
+        0,
+        "the press went to the other node as well"
+    );
+    // The node is down and the session moves on from its archive.
+    let next = common::press_until_ok(&app, &s).await;
+    assert_eq!(next.served_by.as_deref(), Some("other"), "{next:?}");
 }

@@ -6,7 +6,9 @@ use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::workload::{assert_counts_exact, expire_on_the_way, press_for};
+use common::workload::{
+    assert_counts_exact, expire_on_the_way, press_for, press_through_faults, UNKNOWN,
+};
 use common::{now_ms, short_lived_config, spawn_app_on, spawn_app_with, start_nodes, unique};
 use nodes_control::clock::ManualTime;
 use nodes_control::store::FenceReason;
@@ -162,8 +164,9 @@ async fn a_clean_all_node_re_bases_its_live_sessions_and_a_killed_node_restores_
     let spare = common::TestNode::start("spare", true);
     app.add_node(&spare.address, "spare").await;
     nodes[0].kill();
-    let answer = app.press(&b).await;
-    assert_eq!(answer.status, 200);
+    // A press on the node as it dies answers 504 (it may have counted
+    // there); the node's counts are lost either way.
+    let answer = common::press_until_ok(&app, &b).await;
     assert_eq!(answer.served_by.as_deref(), Some("spare"));
     assert_eq!(answer.clicks(), 4);
     assert_eq!(app.press(&a).await.clicks(), 3, "A restores its archived 2");
@@ -330,7 +333,7 @@ async fn sessions_of_a_node_killed_mid_run_continue_from_their_last_archived_tot
     let workload = tokio::spawn({
         let apps = vec![app.clone()];
         let sessions = sessions.clone();
-        async move { press_for(&apps, &sessions, 10, run).await }
+        async move { press_through_faults(&apps, &sessions, 10, run).await }
     });
     tokio::time::sleep(run / 2).await;
     // What was archived just before the kill: a lower bound of what was
@@ -348,13 +351,23 @@ async fn sessions_of_a_node_killed_mid_run_continue_from_their_last_archived_tot
     let answers = workload.await.unwrap();
     sweeps.await.unwrap();
     let mut moved = 0;
-    for (session, seen) in &answers {
+    for (session, all) in &answers {
+        // The 200s, each with the 504s just before it (presses at the node
+        // when it died: their outcome unknown, each may have counted).
+        let mut seen = Vec::new();
+        let mut unknown = 0;
+        for (clicks, node) in all {
+            match *clicks {
+                UNKNOWN => unknown += 1,
+                _ => seen.push((*clicks, node.clone(), std::mem::take(&mut unknown))),
+            }
+        }
         for (i, window) in seen.windows(2).enumerate() {
-            let ((before, from), (after, to)) = (&window[0], &window[1]);
+            let ((before, from, _), (after, to, unknown)) = (&window[0], &window[1]);
             if from == &victim && to != &victim {
                 moved += 1;
             }
-            if *after == before + 1 {
+            if *after > *before && *after <= before + 1 + unknown {
                 continue;
             }
             // The only allowed break: leaving the dead node, restarting from
@@ -365,7 +378,7 @@ async fn sessions_of_a_node_killed_mid_run_continue_from_their_last_archived_tot
                 "{session}: {before} -> {after} at press {i} without a failure"
             );
             assert_ne!(to, &victim);
-            assert!(*after <= before + 1, "{session}: above the truth");
+            assert!(*after <= before + 1 + unknown, "{session}: above the truth");
             assert!(
                 *after > archived_at_kill[session],
                 "{session}: {after} is below its archive"

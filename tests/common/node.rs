@@ -53,7 +53,9 @@ impl TestNode {
             });
             ready_tx.send(started).unwrap();
             let _ = stop_rx.recv();
-            runtime.shutdown_background();
+            // Waits for every task to be dropped, so every socket is closed
+            // when `kill` returns, as the kernel closes a killed process's.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(2));
         });
         let (node, addr) = ready_rx.recv().expect("node thread starts");
         Self {

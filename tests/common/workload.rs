@@ -7,8 +7,12 @@ use std::time::Duration;
 
 use super::TestApp;
 
-/// Every answer a session got, in order: (count, node name).
+/// Every answer a session got, in order: (count, node name); a 504 (the
+/// node took the press, its outcome unknown) as [`UNKNOWN`].
 pub type Answers = HashMap<String, Vec<(i64, String)>>;
+
+/// How [`press_through_faults`] records a 504.
+pub const UNKNOWN: i64 = -1;
 
 /// `workers` tasks share `sessions` (each session belongs to one worker, so
 /// its presses are sequential) and press them in turn for `duration`,
@@ -18,6 +22,27 @@ pub async fn press_for(
     sessions: &[String],
     workers: usize,
     duration: Duration,
+) -> Answers {
+    press(apps, sessions, workers, duration, false).await
+}
+
+/// [`press_for`] under a fault: a 504 (a press at a node that died under
+/// it) is recorded as [`UNKNOWN`]; any other answer but 200 fails the test.
+pub async fn press_through_faults(
+    apps: &[Arc<TestApp>],
+    sessions: &[String],
+    workers: usize,
+    duration: Duration,
+) -> Answers {
+    press(apps, sessions, workers, duration, true).await
+}
+
+async fn press(
+    apps: &[Arc<TestApp>],
+    sessions: &[String],
+    workers: usize,
+    duration: Duration,
+    unknown_allowed: bool,
 ) -> Answers {
     let deadline = tokio::time::Instant::now() + duration;
     let chunks = super::deal(sessions, workers);
@@ -34,6 +59,12 @@ pub async fn press_for(
                         let app = &apps[turn % apps.len()];
                         turn += 1;
                         let answer = app.press(session).await;
+                        if unknown_allowed && answer.status == 504 {
+                            seen.entry(session.clone())
+                                .or_default()
+                                .push((UNKNOWN, String::new()));
+                            continue;
+                        }
                         assert_eq!(answer.status, 200, "{session}: {answer:?}");
                         seen.entry(session.clone())
                             .or_default()

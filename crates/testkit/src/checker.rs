@@ -199,6 +199,11 @@ pub async fn run(
                         *sent += 1;
                         let n = *sent;
                         let (status, code, clicks, served_by) = press(&http, url, session).await;
+                        if status == 503 {
+                            // Nothing was counted: were it, a later answer
+                            // would show it above the truth.
+                            *truth.get_mut(session).expect("entered above") -= 1;
+                        }
                         answers.push(Answer {
                             at: started.elapsed(),
                             session: session.clone(),
@@ -241,9 +246,11 @@ pub async fn run(
                 Instant::now() < settle_by,
                 "{session} never answered after the run: {status} {code:?}"
             );
-            // An unanswered settling press may or may not have counted:
-            // count it as sent and try again.
-            *sent += 1;
+            // An unanswered settling press may or may not have counted
+            // (a 503 did not): count it as sent and try again.
+            if status != 503 {
+                *sent += 1;
+            }
             tokio::time::sleep(Duration::from_millis(200)).await;
         };
         assert!(

@@ -34,8 +34,12 @@ const CARRY_LIMIT: u32 = 10;
 /// What happened to one attempt at a node.
 pub(super) enum Attempt {
     Served(i64),
-    /// The node was declared down while we waited for it.
-    Abandoned(Held),
+    /// The node was declared down before the press was sent (`sent`
+    /// false: nothing was counted), or while it was at the node.
+    Abandoned {
+        sent: bool,
+        held: Held,
+    },
     /// The press could not be sent as it is: not the node's doing.
     NotTheNode(NodeCallError),
     /// A fencing node refused the press, uncounted: it cleaned the session
@@ -69,7 +73,7 @@ impl SessionService {
     ) -> Attempt {
         let down = entry.declared_down();
         if !entry.serves_presses() {
-            return Attempt::Abandoned(held);
+            return Attempt::Abandoned { sent: false, held };
         }
         let epoch = entry.fences().then_some(fence_epoch);
         let mut exchange = match self.client().press(&entry.link, id, epoch) {
@@ -77,9 +81,12 @@ impl SessionService {
             Err(error) => return Attempt::NotTheNode(error),
         };
         let sent_at = crate::clock::mono_ms();
+        // Biased: an answer that is there when the timer fires too (this
+        // replica was paused) is read, not taken for the node's silence.
         let result = tokio::select! {
+            biased;
             result = &mut exchange => result,
-            _ = down => return Attempt::Abandoned(held),
+            _ = down => return Attempt::Abandoned { sent: true, held },
             _ = tokio::time::sleep(self.client().timeout()) => Err(NodeCallError::Timeout),
         };
         let error = match result {
@@ -157,6 +164,7 @@ impl SessionService {
             let mut periods = 0;
             let reason = loop {
                 tokio::select! {
+                    biased;
                     result = &mut exchange => match result {
                         // A refusal is an answer too: nothing was counted.
                         Ok(_) | Err(NodeCallError::StaleEpoch { .. }) => {
@@ -216,7 +224,9 @@ impl SessionService {
     /// A press failed at its node, which is gone: marked down *before the
     /// gate is released* (the caller holds it), so a clean waiting for the
     /// gate sees it down and never asks it to archive counts that may
-    /// include this press. A second failure ends the press.
+    /// include this press. A press the node may have counted ends here
+    /// (504), its node failed over in the background; one it provably did
+    /// not count is tried once more, and a second failure ends it.
     pub(super) async fn failed(
         &self,
         entry: &NodeEntry,
@@ -232,6 +242,18 @@ impl SessionService {
                 &format!("a press failed: {error}"),
             )
             .await;
+        if error.may_have_counted() {
+            let (registry, node) = (self.registry.clone(), entry.address.clone());
+            tokio::spawn(async move {
+                if let Err(error) = registry.fail_over(&node).await {
+                    warn!(%node, %error, "failover did not complete; presses retry it");
+                }
+            });
+            return Err(PressError::OutcomeUnknown {
+                node: entry.address.clone(),
+                source: error,
+            });
+        }
         if let Some((node, source)) = failed.take() {
             return Err(PressError::NodeFailed { node, source });
         }
