@@ -191,7 +191,7 @@ async fn main() {
                 } else {
                     (format!("{run}-live-{i}"), now + 3_600_000)
                 };
-                store.place(&id, 0, exp, None, None).await.unwrap();
+                store.place(&id, 0, exp, None, None, None).await.unwrap();
             }
         })
         .buffer_unordered(256)

@@ -62,6 +62,11 @@ pub struct SessionService {
 /// connect (nothing was sent) before it is answered `node_busy`.
 const MAX_REQUEUES: u32 = 2;
 
+/// How often a placement folds again when its group unmapped a session
+/// between its fold and its placement (each unmap a sweep's or a
+/// failover's, so a few at most in a row).
+const MAX_FOLDS: u32 = 4;
+
 /// What the press flow follows from the configuration.
 #[derive(Debug, Clone)]
 pub struct PressSettings {
@@ -365,7 +370,9 @@ impl SessionService {
 
     /// Places a session, restored from the archive: fold first (so the
     /// node's next archive cannot overwrite clicks we counted), then the
-    /// atomic placement with the folded total as base.
+    /// atomic placement with the folded total as base. A placement whose
+    /// group unmapped a session since the fold began folds again: the
+    /// archive may have grown meanwhile (design.md, The model: base_guard).
     async fn place(
         &self,
         id: &str,
@@ -373,8 +380,6 @@ impl SessionService {
         after_failover: bool,
     ) -> Result<Mapping, PressError> {
         let mark = self.table().clean_mark();
-        let base = self.archive().fold_one(id).await?;
-        let expires_at_ms = self.clock.now_ms() + self.ttl.as_millis() as i64;
         // The strategy's choice is a preference: the script still places
         // atomically, and falls back to least sessions if it went down.
         let preferred = self
@@ -382,32 +387,47 @@ impl SessionService {
             .as_ref()
             .and_then(|s| s.pick(id.as_bytes()))
             .map(|p| p.into_node());
-        match self
-            .store()
-            .sessions
-            .place(id, base, expires_at_ms, stale_node, preferred.as_deref())
-            .await?
-        {
-            Placed::Placed(placement) => {
-                if placement.created {
-                    metrics::counter!("nodes_control_sessions_placed_total").increment(1);
-                    debug!(session = %super::id::logged(id), node = %placement.mapping.node, base, "session placed");
-                    if self.history {
-                        let cause = match (after_failover, base) {
-                            (true, _) => Cause::FailedOver,
-                            (false, 0) => Cause::New,
-                            (false, _) => Cause::Restored,
-                        };
-                        self.archive()
-                            .record_placement(id, &placement.mapping.node, base, cause);
-                    }
-                }
-                self.cache.put(id, &placement.mapping, mark);
-                Ok(placement.mapping)
+        let mut folds = 0;
+        let (base, placement) = loop {
+            let seen = self.store().sessions.unmaps_seen(id).await?;
+            let base = self.archive().fold_one(id).await?;
+            let expires_at_ms = self.clock.now_ms() + self.ttl.as_millis() as i64;
+            let placed = self
+                .store()
+                .sessions
+                .place(
+                    id,
+                    base,
+                    expires_at_ms,
+                    stale_node,
+                    preferred.as_deref(),
+                    Some(&seen),
+                )
+                .await?;
+            folds += 1;
+            match placed {
+                Placed::Placed(placement) => break (base, placement),
+                Placed::NoNode => return Err(PressError::NoNode),
+                Placed::NotReady => return Err(PressError::Rebuilding),
+                Placed::Stale if folds < MAX_FOLDS => continue,
+                Placed::Stale => return Err(PressError::Deadline),
             }
-            Placed::NoNode => Err(PressError::NoNode),
-            Placed::NotReady => Err(PressError::Rebuilding),
+        };
+        if placement.created {
+            metrics::counter!("nodes_control_sessions_placed_total").increment(1);
+            debug!(session = %super::id::logged(id), node = %placement.mapping.node, base, "session placed");
+            if self.history {
+                let cause = match (after_failover, base) {
+                    (true, _) => Cause::FailedOver,
+                    (false, 0) => Cause::New,
+                    (false, _) => Cause::Restored,
+                };
+                self.archive()
+                    .record_placement(id, &placement.mapping.node, base, cause);
+            }
         }
+        self.cache.put(id, &placement.mapping, mark);
+        Ok(placement.mapping)
     }
 
     /// The node's entry in this replica's view. The view is refreshed

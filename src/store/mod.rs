@@ -40,6 +40,7 @@
 //! |---|---|---|
 //! | `P{s:gg}mappings:{gghh}` | hash | session id -> `{node number}:{base}:{expires at, ms}`; 256 buckets a group by the next two hex digits (small listpacks, not a key per session) |
 //! | `P{s:gg}due:{number}` | list | the group's sessions on node `number`, in the order they were placed (so, give or take a clock's skew, of their end: sessions live a fixed time): the sweep's index, each entry `{end, ms}\t{id}`, walked from the head in plain `LRANGE`s (`walk`); exact (an entry leaves with its mapping), and its length the group's count of the node (exact but for strays, entries whose session left: design.md, Indexes). A list packs into compact nodes at any length, where a zset past 128 entries costs a skiplist node and a dict entry per session |
+//! | `P{s:gg}unmaps` | string | how many times a session of the group was unmapped (`unmap.lua`): a placement refuses a base folded before the last one (`Sessions::unmaps_seen`) |
 //! | `P{s:gg}epoch` | string | the registry epoch the group belongs to: missing means this group's primary forgot |
 //! | `P{s:gg}closed` | set | numbers of the nodes closed to new sessions in this group (a cluster only): `claim.lua` refuses them; added before a removal, failover or wipe reads a node's sessions, removed when the node is up again (a removed node's stays) |
 //!

@@ -35,6 +35,25 @@ local function index_new_session(group, number, id, expires_at)
   redis.call('RPUSH', group .. 'due:' .. number, dated_entry(id, expires_at))
 end
 
+-- What a session's base was folded against (`Sessions::unmaps_seen`): its
+-- group's epoch and how often a session of the group was unmapped. A
+-- placement whose base was folded before the last unmap of its group may
+-- miss clicks that unmap's clean archived (design.md, The model:
+-- base_guard), and is refused.
+local function unmaps_seen(group)
+  return (redis.call('GET', group .. 'epoch') or '') .. ':' .. (redis.call('GET', group .. 'unmaps') or '0')
+end
+
+-- Counts an unmap in the group of `bucket` (a mapping's bucket key,
+-- `{group}mappings:{gghh}`), once per script run and group (`bumped`).
+local function count_unmap(bucket, bumped)
+  local group = string.sub(bucket, 1, #bucket - #'mappings:0000')
+  if not bumped[group] then
+    bumped[group] = true
+    redis.call('INCR', group .. 'unmaps')
+  end
+end
+
 -- A mapping is '{node number}:{base}:{expires at, ms}'; returns the three
 -- parts as strings (nil if the value is not one).
 local function unpack_mapping(value)

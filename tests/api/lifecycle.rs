@@ -401,7 +401,13 @@ async fn a_sweep_cleans_a_backlog_larger_than_one_clean_in_batches() {
     let store = std::sync::Arc::new(app.ctx.store.clone());
     let placements = (0..n).map(|i| {
         let (store, id) = (store.clone(), format!("{tag}-{i}"));
-        async move { store.sessions.place(&id, 0, 1, None, None).await.unwrap() }
+        async move {
+            store
+                .sessions
+                .place(&id, 0, 1, None, None, None)
+                .await
+                .unwrap()
+        }
     });
     futures::future::join_all(placements).await;
     let report = app.sweeper.sweep_once(now_ms()).await.unwrap();

@@ -38,7 +38,7 @@ async fn the_placement_script_and_the_plain_read_agree_on_every_bucket() {
         app.ctx
             .store
             .sessions
-            .place(&id, i, now_ms() + 60_000, None, None)
+            .place(&id, i, now_ms() + 60_000, None, None, None)
             .await
             .unwrap();
         let mapping = app.ctx.store.sessions.lookup(&id).await.unwrap();
@@ -62,7 +62,7 @@ async fn placements_asked_for_at_once_are_decided_one_after_another() {
             async move {
                 let placed = store
                     .sessions
-                    .place(&id, 0, now_ms() + 60_000, None, None)
+                    .place(&id, 0, now_ms() + 60_000, None, None, None)
                     .await;
                 match placed.unwrap() {
                     Placed::Placed(placement) => placement,
@@ -117,7 +117,7 @@ async fn a_sweep_leaves_no_mapping_or_index_behind() {
         app.ctx
             .store
             .sessions
-            .place(&id, 0, 1, None, None)
+            .place(&id, 0, 1, None, None, None)
             .await
             .unwrap();
     }
@@ -135,11 +135,22 @@ async fn an_old_index_entry_does_not_end_a_session_placed_anew() {
     let nodes = start_nodes(&app, 1, false).await;
     let id = unique("anew");
     let store = &app.ctx.store;
-    store.sessions.place(&id, 0, 1, None, None).await.unwrap();
+    store
+        .sessions
+        .place(&id, 0, 1, None, None, None)
+        .await
+        .unwrap();
     // Its node failed (as a press saw it): placed anew, to live an hour.
     store
         .sessions
-        .place(&id, 7, now_ms() + 3_600_000, Some(&nodes[0].address), None)
+        .place(
+            &id,
+            7,
+            now_ms() + 3_600_000,
+            Some(&nodes[0].address),
+            None,
+            None,
+        )
         .await
         .unwrap();
     let report = app.sweeper.sweep_once(now_ms()).await.unwrap();
@@ -286,7 +297,11 @@ async fn an_entry_whose_mapping_is_gone_is_dropped_and_not_counted() {
         } else {
             now_ms() + 60_000
         };
-        store.sessions.place(id, 0, exp, None, None).await.unwrap();
+        store
+            .sessions
+            .place(id, 0, exp, None, None, None)
+            .await
+            .unwrap();
     }
     // The first two lose their mappings behind their list entries (as a
     // session moved off a failed node leaves its entry there, a stray).
@@ -319,17 +334,17 @@ async fn a_session_that_ended_behind_longer_lived_ones_is_swept() {
     let ids = ids_of_one_group(&unique("behind"), 3);
     store
         .sessions
-        .place(&ids[0], 0, now_ms() + 3_600_000, None, None)
+        .place(&ids[0], 0, now_ms() + 3_600_000, None, None, None)
         .await
         .unwrap();
     store
         .sessions
-        .place(&ids[1], 0, now_ms() + 3_600_000, None, None)
+        .place(&ids[1], 0, now_ms() + 3_600_000, None, None, None)
         .await
         .unwrap();
     store
         .sessions
-        .place(&ids[2], 0, now_ms() - 1, None, None)
+        .place(&ids[2], 0, now_ms() - 1, None, None, None)
         .await
         .unwrap();
 
@@ -376,7 +391,11 @@ async fn each_list_entry_carries_its_sessions_end_so_the_walk_reads_the_list_alo
     let ids = ids_of_one_group(&unique("dated"), 2);
     let exp = now_ms() + 60_000;
     for id in &ids {
-        store.sessions.place(id, 0, exp, None, None).await.unwrap();
+        store
+            .sessions
+            .place(id, 0, exp, None, None, None)
+            .await
+            .unwrap();
     }
     let expected: Vec<String> = ids.iter().map(|id| format!("{exp}\t{id}")).collect();
     assert_eq!(list_entries(store, &ids[0], number).await, expected);
@@ -409,7 +428,7 @@ async fn a_clean_of_more_sessions_than_one_script_names_unmaps_and_rebases_every
     let exp = now_ms() + 60_000;
     futures::future::join_all(
         ids.iter()
-            .map(|id| store.sessions.place(id, 0, exp, None, None)),
+            .map(|id| store.sessions.place(id, 0, exp, None, None, None)),
     )
     .await
     .into_iter()
@@ -472,7 +491,7 @@ async fn a_walk_that_reads_on_in_one_group_keeps_the_cluster_slot_map() {
     for id in &ids {
         store
             .sessions
-            .place(id, 0, ended, None, None)
+            .place(id, 0, ended, None, None, None)
             .await
             .unwrap();
     }
@@ -575,7 +594,12 @@ async fn a_node_closed_to_new_sessions_gets_none_even_from_a_view_that_still_off
     let place = |store: &nodes_control::store::Store, id: String| {
         let store = store.clone();
         async move {
-            match store.sessions.place(&id, 0, exp, None, None).await.unwrap() {
+            match store
+                .sessions
+                .place(&id, 0, exp, None, None, None)
+                .await
+                .unwrap()
+            {
                 Placed::Placed(placement) => placement.mapping.node,
                 other => panic!("{id}: {other:?}"),
             }
@@ -630,7 +654,12 @@ async fn a_node_up_but_closed_to_new_sessions_is_opened_by_the_next_sweep() {
         futures::future::join_all((0..20).map(move |i| {
             let id = format!("{tag}-{round}{i}");
             async move {
-                match store.sessions.place(&id, 0, exp, None, None).await.unwrap() {
+                match store
+                    .sessions
+                    .place(&id, 0, exp, None, None, None)
+                    .await
+                    .unwrap()
+                {
                     Placed::Placed(placement) => placement.mapping.node,
                     other => panic!("{id}: {other:?}"),
                 }
@@ -668,4 +697,51 @@ async fn a_node_up_but_closed_to_new_sessions_is_opened_by_the_next_sweep() {
     tokio::time::sleep(Duration::from_millis(60)).await;
     let after = place_some("b").await;
     assert!(after.iter().any(|node| node == stuck), "{after:?}");
+}
+
+/// A placement whose base was folded before its session's group unmapped a
+/// session is refused: a clean may have archived clicks the base lacks (the
+/// model's base_guard, design.md). Folded again after the unmap, it stands.
+#[tokio::test]
+async fn a_placement_folded_before_an_unmap_in_its_group_is_refused() {
+    let app = spawn_app().await;
+    let nodes = start_nodes(&app, 1, false).await;
+    let store = &app.ctx.store;
+    let id = unique("stale-base");
+    let expires = now_ms() + 60_000;
+    // A replica reads what its fold is against, folds, and pauses.
+    let seen = store.sessions.unmaps_seen(&id).await.unwrap();
+    // Meanwhile another places the session, and an operation unmaps it.
+    let placed = store
+        .sessions
+        .place(&id, 0, expires, None, None, Some(&seen));
+    assert!(matches!(placed.await.unwrap(), Placed::Placed(p) if p.created));
+    let unmapped = common::under_node_lock(store, &nodes[0].address, |lock| async move {
+        store
+            .sessions
+            .unmap_node(lock.lock(), lock.node())
+            .await
+            .unwrap()
+    })
+    .await;
+    assert_eq!(unmapped, std::slice::from_ref(&id));
+    // The paused replica's placement, on the base it folded before.
+    let late = store
+        .sessions
+        .place(&id, 0, expires, None, None, Some(&seen));
+    assert_eq!(late.await.unwrap(), Placed::Stale);
+    assert!(store.sessions.lookup(&id).await.unwrap().is_none());
+    let again = store.sessions.unmaps_seen(&id).await.unwrap();
+    assert_ne!(again, seen);
+    // The unmap closed the node to new sessions (on a cluster); a recovery
+    // opens it again.
+    store
+        .sessions
+        .open_to_new_sessions(&nodes[0].address)
+        .await
+        .unwrap();
+    let placed = store
+        .sessions
+        .place(&id, 0, expires, None, None, Some(&again));
+    assert!(matches!(placed.await.unwrap(), Placed::Placed(p) if p.created));
 }

@@ -15,7 +15,7 @@ use redis::AsyncCommands;
 use super::{Context, Replicas, StoreResult};
 
 /// The layout this release reads and writes.
-pub const LAYOUT: u32 = 1;
+pub const LAYOUT: u32 = 2;
 
 /// What a replica found under its prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]

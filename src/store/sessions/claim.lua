@@ -20,11 +20,14 @@
 -- KEYS[1] the session's bucket, KEYS[2] the group's epoch, KEYS[3] the
 -- chosen node's list in the group, KEYS[4] the numbers of the nodes
 -- closed to new sessions in the group.
--- ARGV: group prefix, id, number, base, expires_at_ms, stale number ('').
+-- ARGV: group prefix, id, number, base, expires_at_ms, stale number (''),
+-- what the base was folded against (`unmaps_seen`, place.lua; '' for a
+-- base that was not folded).
 -- Returns {1, number, base, exp, replaced} when created (replaced: 1 if a
 -- mapping to the stale node was dropped), {0, number, base, exp, 0} for
 -- the mapping that stood, {-1} while the group is not complete (its
--- primary forgot it), {-3} when the chosen node is closed here.
+-- primary forgot it), {-2} when the group unmapped a session since the
+-- base was folded, {-3} when the chosen node is closed here.
 if redis.call('EXISTS', KEYS[2]) == 0 then
   return {-1}
 end
@@ -36,6 +39,9 @@ if current then
   if number and number ~= stale then
     return {0, tonumber(number), tonumber(base), tonumber(exp), 0}
   end
+end
+if ARGV[7] ~= '' and ARGV[7] ~= unmaps_seen(ARGV[1]) then
+  return {-2}
 end
 if redis.call('SISMEMBER', KEYS[4], ARGV[3]) == 1 then
   return {-3}

@@ -114,6 +114,9 @@ pub enum Placed {
     Placed(Placement),
     /// No node is up.
     NoNode,
+    /// The session's group unmapped a session since its base was folded:
+    /// the archive may hold clicks the base lacks. Fold again.
+    Stale,
     /// The registry is being rebuilt after Redis forgot it: nothing may be
     /// placed until every node's live counts are archived.
     NotReady,
@@ -147,6 +150,24 @@ impl Sessions {
             base,
             expires_at_ms,
         }))
+    }
+
+    /// What a base folded now is folded against: the session's group's
+    /// epoch and how many unmaps it has seen (`unmaps_seen` in
+    /// prelude.lua). Read before the fold, given to [`Self::place`].
+    pub async fn unmaps_seen(&self, session_id: &str) -> StoreResult<String> {
+        let group = &groups::mapping_bucket(session_id)[..2];
+        let (epoch, unmaps): (Option<String>, Option<String>) = redis::pipe()
+            .get(self.group_key(group, &["epoch"]))
+            .get(self.group_key(group, &["unmaps"]))
+            .query_async(&mut self.conn())
+            .await
+            .context("reading a session group's unmaps from Redis")?;
+        Ok(format!(
+            "{}:{}",
+            epoch.unwrap_or_default(),
+            unmaps.as_deref().unwrap_or("0")
+        ))
     }
 
     /// The node and expiry time of each session (`None` where it has no

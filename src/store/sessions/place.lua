@@ -12,17 +12,20 @@
 -- (from 1) KEYS[4 + 2i] its bucket and KEYS[5 + 2i] its group's epoch
 -- (the chosen node's list is named here, from the group's prefix and the
 -- node's number, see `index_new_session`).
--- ARGV: seven for each placement: its group's key prefix (`P{s:gg}`), id,
--- base, expires_at_ms, stale node (''), preferred node (''), and a stale
+-- ARGV: eight for each placement: its group's key prefix (`P{s:gg}`), id,
+-- base, expires_at_ms, stale node (''), preferred node (''), a stale
 -- node number ('') that overrides the stale node's (a number the standing
--- mapping named that Redis no longer knows).
+-- mapping named that Redis no longer knows), and what the base was folded
+-- against (`unmaps_seen`; '' for a base that was not folded).
 -- Returns one answer per placement: {1, number, base, exp} when created,
 -- {0, number, base, exp} for the mapping that stood, {-1} while the
--- registry or the group is not complete, false when no node is up.
+-- registry or the group is not complete, {-2} when the group unmapped a
+-- session since the base was folded (fold again), false when no node is
+-- up.
 local registry_complete = redis.call('EXISTS', KEYS[2]) == 1
 local counter = batch_counter(KEYS[1], KEYS[3], KEYS[5], KEYS[4])
 
-local function place(bucket, group_epoch, group, id, base, expires_at, stale, preferred, unknown)
+local function place(bucket, group_epoch, group, id, base, expires_at, stale, preferred, unknown, seen)
   if not registry_complete or redis.call('EXISTS', group_epoch) == 0 then
     return {-1}
   end
@@ -37,6 +40,9 @@ local function place(bucket, group_epoch, group, id, base, expires_at, stale, pr
   if standing and standing ~= stale_number then
     local number, kept_base, exp = unpack_mapping(current)
     return {0, tonumber(number), tonumber(kept_base), tonumber(exp)}
+  end
+  if seen ~= '' and seen ~= unmaps_seen(group) then
+    return {-2}
   end
   local node = choose_node(KEYS[1], stale, preferred)
   if not node then
@@ -68,9 +74,9 @@ end
 
 local answers = {}
 for i = 1, (#KEYS - 5) / 2 do
-  local a = 7 * (i - 1)
+  local a = 8 * (i - 1)
   answers[i] = place(KEYS[4 + 2 * i], KEYS[5 + 2 * i], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3],
-    ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7])
+    ARGV[a + 4], ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8])
 end
 counter.settle()
 return answers

@@ -41,6 +41,9 @@ struct PlaceRequest {
     /// A node number the standing mapping named that Redis does not know:
     /// that mapping does not stand.
     unknown: String,
+    /// What the base was folded against ([`Sessions::unmaps_seen`]; empty
+    /// for a base that was not folded).
+    seen: String,
 }
 
 /// `place.lua`'s answer for one placement: `None` when no node is up.
@@ -62,6 +65,8 @@ enum Decided {
     },
     NoNode,
     NotReady,
+    /// The group unmapped a session since the base was folded.
+    Stale,
     /// Chosen from a view that still offered a node closed to new
     /// sessions: chosen again, without it.
     Closed(String),
@@ -71,6 +76,9 @@ impl Sessions {
     /// Places a session on `preferred_node` if it is up, else on the up node
     /// with the fewest active sessions per unit of weight, unless it is
     /// mapped already; a mapping to `stale_node` is dropped and replaced.
+    /// `seen`: what `base` was folded against ([`Self::unmaps_seen`]); a
+    /// new mapping is refused ([`Placed::Stale`]) if the session's group
+    /// unmapped a session since.
     pub async fn place(
         &self,
         session_id: &str,
@@ -78,6 +86,7 @@ impl Sessions {
         expires_at_ms: i64,
         stale_node: Option<&str>,
         preferred_node: Option<&str>,
+        seen: Option<&str>,
     ) -> StoreResult<Placed> {
         self.replicas.check_identity().await?;
         // A number the standing mapping named that Redis does not know.
@@ -97,6 +106,7 @@ impl Sessions {
                 stale: stale_node.unwrap_or_default().to_owned(),
                 preferred: preferred_node.unwrap_or_default().to_owned(),
                 unknown: unknown.map(|n| n.to_string()).unwrap_or_default(),
+                seen: seen.unwrap_or_default().to_owned(),
             };
             let decided = if self.cluster {
                 self.choose_and_claim(request, &closed).await?
@@ -117,6 +127,7 @@ impl Sessions {
                 }
                 Decided::NoNode => return Ok(Placed::NoNode),
                 Decided::NotReady => return Ok(Placed::NotReady),
+                Decided::Stale => return Ok(Placed::Stale),
                 Decided::Closed(node) => {
                     closed.push(node);
                     continue;
@@ -163,6 +174,7 @@ impl Sessions {
                 expires_at_ms,
                 created: created == 1,
             }),
+            [-2] => Ok(Decided::Stale),
             _ => Ok(Decided::NotReady), // the registry or the group forgot
         }
     }
@@ -190,7 +202,8 @@ impl Sessions {
                 .arg(request.expires_at_ms)
                 .arg(&request.stale)
                 .arg(&request.preferred)
-                .arg(&request.unknown);
+                .arg(&request.unknown)
+                .arg(&request.seen);
         }
         let replies = invocation
             .invoke_async::<Vec<Option<Vec<i64>>>>(&mut self.conn())
@@ -235,9 +248,14 @@ impl Sessions {
             .arg(request.base)
             .arg(request.expires_at_ms)
             .arg(stale_number.map(|n| n.to_string()).unwrap_or_default())
+            .arg(&request.seen)
             .invoke_async(&mut self.conn())
             .await
             .context("creating a session mapping in Redis")?;
+        if claimed.first() == Some(&-2) {
+            self.view.state.lock().await.count(&node, -1);
+            return Ok(Decided::Stale);
+        }
         if claimed.first() == Some(&-3) {
             // Closed in this group: the view is older than the node's state.
             self.view.state.lock().await.refuse(&node);

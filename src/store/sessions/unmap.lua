@@ -14,7 +14,7 @@ if ARGV[1] ~= '' and redis.call('GET', ARGV[1]) ~= ARGV[2] then
   return redis.error_reply('LOCKLOST the node lock is held by another operation')
 end
 local number, n = ARGV[3], tonumber(ARGV[4])
-local unmapped = {}
+local unmapped, bumped = {}, {}
 for i = 5, 4 + 3 * n, 3 do
   -- An id, or an entry as the node's list holds it (a failover names
   -- what it read there, strays included).
@@ -30,6 +30,7 @@ for i = 5, 4 + 3 * n, 3 do
   end
   if on == number then
     redis.call('HDEL', key, id)
+    count_unmap(key, bumped)
     unmapped[#unmapped + 1] = id
     drop_index_entry(due, id, exp)
   elseif redis.call('LPOS', due, entry, 'MAXLEN', 64) then
