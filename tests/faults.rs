@@ -779,3 +779,76 @@ async fn redis_restarted_on_an_older_snapshot_is_rebuilt_without_resetting_a_ses
         &["redis_unavailable", "registry_rebuilding"],
     );
 }
+
+/// A replica stopped (SIGSTOP) with a press at its node, and resumed long
+/// after the press's timeout: the node's answer and the press's timer are
+/// ready together. It reads the answer (the model's hole 2, design.md): the
+/// press is served and the node, which answered, stays up. In 0.1.0 the
+/// timer could win: a live node was marked down, its sessions reset, and
+/// the press was sent again elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_resumed_past_a_press_timeout_reads_the_answer_waiting_for_it() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let prefix = format!("{}:", unique("resumed"));
+    let env = [
+        ("REDIS_KEY_PREFIX", prefix.as_str()),
+        ("NODE_TIMEOUT_MS", "500"),
+    ];
+    let balancer = common::process::BalancerProcess::start(&env, std::process::Stdio::null()).await;
+    let nodes = [
+        NodeProcess::start("r1", &database_url()),
+        NodeProcess::start("r2", &database_url()),
+    ];
+    for node in &nodes {
+        balancer.node("add", &node.address).await;
+    }
+    // Three rounds: in 0.1.0 each was a coin toss between answer and timer.
+    for round in 0..3 {
+        let session = unique(&format!("resumed{round}"));
+        let first = balancer.press(&session).await;
+        assert_eq!(first.status(), 200);
+        let served_by = first.headers()["x-served-by"].to_str().unwrap().to_owned();
+        let node = nodes.iter().find(|n| n.name == served_by).unwrap();
+        // The node stops first, so the press waits at it; then the replica
+        // stops, the node answers into the stopped replica's socket, and
+        // the replica resumes a second later, past the press's timeout.
+        node.pause();
+        let press = tokio::spawn({
+            let (http, url) = (balancer.http().clone(), balancer.url.clone());
+            async move {
+                http.post(format!("{url}/press"))
+                    .json(&serde_json::json!({ "session_id": session }))
+                    .send()
+                    .await
+                    .unwrap()
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        balancer.pause();
+        node.resume();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        balancer.resume();
+        let answer = press.await.unwrap();
+        let status = answer.status();
+        let body = answer.text().await.unwrap();
+        assert_eq!(status, 200, "round {round}: {body}");
+        assert_eq!(
+            testkit::parse_clicks(&body),
+            Some(2),
+            "round {round}: {body}"
+        );
+    }
+    let nodes_now: Vec<serde_json::Value> = balancer
+        .http()
+        .get(format!("{}/nodes", balancer.url))
+        .bearer_auth(common::ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for node in &nodes_now {
+        assert_eq!(node["state"], "up", "{nodes_now:?}");
+    }
+}

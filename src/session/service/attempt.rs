@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
@@ -81,13 +82,15 @@ impl SessionService {
             Err(error) => return Attempt::NotTheNode(error),
         };
         let sent_at = crate::clock::mono_ms();
-        // Biased: an answer that is there when the timer fires too (this
-        // replica was paused) is read, not taken for the node's silence.
+        // An answer that is there when the timer fires too (this replica
+        // was paused) is read, not taken for the node's silence: the
+        // exchange is looked at first, and again once the runtime has
+        // polled its sockets (`last_look`).
         let result = tokio::select! {
             biased;
             result = &mut exchange => result,
             _ = down => return Attempt::Abandoned { sent: true, held },
-            _ = tokio::time::sleep(self.client().timeout()) => Err(NodeCallError::Timeout),
+            _ = tokio::time::sleep(self.client().timeout()) => last_look(&mut exchange).await,
         };
         let error = match result {
             Ok(count) => {
@@ -163,9 +166,18 @@ impl SessionService {
             let mut tick = tokio::time::interval_at(Instant::now() + patience, patience);
             let mut periods = 0;
             let reason = loop {
-                tokio::select! {
+                // The tick, too, takes a last look at the exchange first.
+                let answered = tokio::select! {
                     biased;
-                    result = &mut exchange => match result {
+                    result = &mut exchange => Some(result),
+                    _ = &mut down => return,
+                    _ = tick.tick() => {
+                        tokio::task::yield_now().await;
+                        (&mut exchange).now_or_never()
+                    }
+                };
+                match answered {
+                    Some(result) => match result {
                         // A refusal is an answer too: nothing was counted.
                         Ok(_) | Err(NodeCallError::StaleEpoch { .. }) => {
                             entry.evidence.answered();
@@ -184,8 +196,7 @@ impl SessionService {
                             return; // the last node; the exchange is over
                         }
                     },
-                    _ = &mut down => return,
-                    _ = tick.tick() => {
+                    None => {
                         periods += 1;
                         let alive = entry.evidence.answered_since(looked_at);
                         looked_at = crate::clock::mono_ms();
@@ -298,4 +309,16 @@ impl SessionService {
         self.table().learn_epoch(entry, fence);
         Ok(())
     }
+}
+
+/// The press's timer fired: one more look at its exchange, after a yield
+/// that lets the runtime poll its sockets first. A replica resumed from a
+/// pause finds its timers due at once, before the runtime has seen the
+/// answers that arrived meanwhile; a node that answered is not taken for
+/// silent (the model's answer_before_timer, design.md).
+async fn last_look(exchange: &mut Exchange) -> Result<i64, NodeCallError> {
+    tokio::task::yield_now().await;
+    exchange
+        .now_or_never()
+        .unwrap_or(Err(NodeCallError::Timeout))
 }
