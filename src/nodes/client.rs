@@ -216,9 +216,8 @@ impl NodeClient {
         self.timeout
     }
 
-    /// `GET {address}{path_and_query}` through the pooled client; the
-    /// node's answer comes back unless it is a 5xx or a redirect (never
-    /// followed: a node that redirects is misbehaving).
+    /// `GET {address}{path_and_query}` through the pooled client; any
+    /// answer but a 5xx or a redirect (a node that redirects misbehaves).
     pub async fn get(&self, address: &str, path_and_query: &str) -> Result<Reply, NodeCallError> {
         let request = Request::builder()
             .method(Method::GET)
@@ -232,9 +231,9 @@ impl NodeClient {
         Ok(answer)
     }
 
-    /// One request on the pooled client, whatever it answers, its body read
-    /// up to 1 MiB, within the client's timeout: for the admin CLI, which
-    /// talks to a balancer on the same stack as the balancer to its nodes.
+    /// One request on the pooled client, whatever it answers, body read up
+    /// to 1 MiB, within the client's timeout: the admin CLI's, on the stack
+    /// the balancer talks to its nodes on.
     pub async fn call(&self, request: Request<Full<Bytes>>) -> Result<Reply, NodeCallError> {
         self.send(request, 1 << 20).await
     }
@@ -315,12 +314,10 @@ impl NodeClient {
     }
 
     /// Wipes a node (`/clean archive=false`) and tells whether it cleans
-    /// selectively: it is first asked to clean no session at all, which a
-    /// selective node does and says (`{"cleaned":[]}`), and any other node
-    /// takes as "clean everything" or refuses. Only detection: the full
-    /// wipe follows in every case (a node may honour `session_ids` and
-    /// still answer `OK`). `token`: the wipe's clean token, which a fencing
-    /// node takes as its new floor (no press read before it counts).
+    /// selectively: asked to clean no session at all, a selective node
+    /// says so (`{"cleaned":[]}`), any other cleans everything or refuses.
+    /// The full wipe follows in every case. `token`: the wipe's clean
+    /// token, a fencing node's new floor (no press read before it counts).
     pub async fn wipe(&self, address: &str, token: Option<i64>) -> Result<bool, NodeCallError> {
         let selective = matches!(
             self.clean(address, false, Some(&[]), None).await,
