@@ -160,12 +160,14 @@ impl NodeClient {
     /// be carried on in a task of its own) and reads the node's count. The
     /// caller bounds it ([`timeout`](Self::timeout)); the connect is bounded
     /// by `NODE_CONNECT_TIMEOUT_MS`. `epoch`: the fencing epoch the mapping
-    /// was read under, sent only to a node that enforces it.
+    /// was read under, sent only to a node that enforces it. `sent` turns
+    /// true once the request may have reached the node.
     pub fn press(
         &self,
         link: &Arc<Link>,
         session_id: &str,
         epoch: Option<u64>,
+        sent: Arc<std::sync::atomic::AtomicBool>,
     ) -> Result<Exchange, NodeCallError> {
         #[derive(serde::Serialize)]
         struct PressBody<'a> {
@@ -185,14 +187,14 @@ impl NodeClient {
                 let pool = link
                     .press_pool(connect_timeout)
                     .ok_or_else(|| NodeCallError::Request("no press pool".to_owned()))?;
-                let parsed = pool
-                    .post(&body, MAX_PRESS_BODY)
-                    .await
-                    .map_err(|e| match e {
-                        super::pool::PoolError::ConnectTimeout => NodeCallError::ConnectTimeout,
-                        super::pool::PoolError::Connect(e) => NodeCallError::Unsent(e),
-                        super::pool::PoolError::Exchange(e) => NodeCallError::Transport(e),
-                    })?;
+                let parsed =
+                    pool.post(&body, MAX_PRESS_BODY, &sent)
+                        .await
+                        .map_err(|e| match e {
+                            super::pool::PoolError::ConnectTimeout => NodeCallError::ConnectTimeout,
+                            super::pool::PoolError::Connect(e) => NodeCallError::Unsent(e),
+                            super::pool::PoolError::Exchange(e) => NodeCallError::Transport(e),
+                        })?;
                 let status = StatusCode::from_u16(parsed.status)
                     .map_err(|_| NodeCallError::Body(format!("status {}", parsed.status)))?;
                 clicks_of(status, &parsed.body)
@@ -205,6 +207,8 @@ impl NodeClient {
             .headers_mut()
             .insert(header::CONTENT_TYPE, JSON.clone());
         let hot = self.hot.clone();
+        // hyper's client does not say when the request went out.
+        sent.store(true, std::sync::atomic::Ordering::Release);
         Ok(Box::pin(async move {
             let answer = exchange(&hot, request, MAX_PRESS_BODY).await?;
             clicks_of(answer.status, &answer.body)

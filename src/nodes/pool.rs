@@ -102,7 +102,14 @@ impl PressPool {
     }
 
     /// Posts `body` and reads the whole answer (body up to `limit` bytes).
-    pub async fn post(&self, body: &[u8], limit: usize) -> Result<Parsed, PoolError> {
+    /// `sent` turns true once the whole request is written: until then the
+    /// node cannot have acted on it.
+    pub async fn post(
+        &self,
+        body: &[u8],
+        limit: usize,
+        sent: &std::sync::atomic::AtomicBool,
+    ) -> Result<Parsed, PoolError> {
         let mut request = Vec::with_capacity(self.head.len() + 8 + body.len());
         request.extend_from_slice(&self.head);
         request.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
@@ -116,6 +123,7 @@ impl PressPool {
             },
             None => self.fresh(&request).await?,
         };
+        sent.store(true, Ordering::Release);
         self.busy.fetch_add(1, Ordering::Relaxed);
         let _busy = Busy(&self.busy);
         let answer = read_answer(&mut conn, limit).await?;

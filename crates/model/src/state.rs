@@ -56,6 +56,9 @@ pub struct Protocol {
     pub outstanding: u8,
     /// How many cleans (expiry or removal, with archive) may start.
     pub cleans: u8,
+    /// How many times a node may restart, losing its counts (and the
+    /// fencing node its floor).
+    pub restarts: u8,
 }
 
 /// What the client was answered.
@@ -206,13 +209,17 @@ pub struct State {
     pub cleans: u8,
     // The client, and what the checker knows.
     pub presses: Vec<Press>,
-    /// Clicks counted by nodes and not lost.
+    /// Clicks counted by nodes (the client's presses that counted).
     pub truth: u8,
     /// A replica took a node down while the node's answer waited for it.
     pub taken_down_answering: bool,
-    /// Failovers that moved the session off a node (and with it the
-    /// clicks since that node's last archive).
+    /// A 200 answer was above the truth when it was given (judged then: a
+    /// node's restart later loses clicks an earlier answer rightly showed).
+    pub answered_above_truth: bool,
+    /// Failovers that moved the session off a node, and node restarts:
+    /// each loses the clicks since that node's last archive.
     pub failovers: u8,
+    pub restarts: u8,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -252,6 +259,9 @@ pub enum Action {
     /// The clean's timer: the node is declared down, its token revoked,
     /// its sessions moved off (`clean_failed`).
     CleanTimer,
+    /// A node restarts (kill -9 and start): its counts are gone, and the
+    /// fencing node's floor with them.
+    NodeRestarts { node: u8 },
 }
 
 fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
@@ -373,7 +383,9 @@ impl Model for Protocol {
             presses: Vec::new(),
             truth: 0,
             taken_down_answering: false,
+            answered_above_truth: false,
             failovers: 0,
+            restarts: 0,
         }]
     }
 
@@ -472,6 +484,11 @@ impl Model for Protocol {
                     actions.push(Action::Settle);
                 }
                 actions.push(Action::CleanTimer);
+            }
+        }
+        if s.restarts < self.restarts {
+            for node in 0..NODES as u8 {
+                actions.push(Action::NodeRestarts { node });
             }
         }
     }
@@ -584,7 +601,10 @@ impl Model for Protocol {
                 match msg {
                     Msg::Reply {
                         count: Some(count), ..
-                    } => s.answer(replica, press, Answer::Counted(count + base)),
+                    } => {
+                        s.answered_above_truth |= count + base > s.truth;
+                        s.answer(replica, press, Answer::Counted(count + base))
+                    }
                     // Refused, uncounted: read the mapping again.
                     _ => s.set_step(replica, press, Some(Step::Lookup)),
                 }
@@ -632,7 +652,7 @@ impl Model for Protocol {
                             s.count[n] += 1;
                             s.truth += 1;
                             s.presses[press as usize].counted += 1;
-                            s.presses[press as usize].era = s.failovers;
+                            s.presses[press as usize].era = s.failovers + s.restarts;
                             Some(s.count[n])
                         };
                         s.send(Msg::Reply {
@@ -712,6 +732,16 @@ impl Model for Protocol {
                 s.epoch[node as usize] = token;
                 s.lower_fence(node);
             }
+            Action::NodeRestarts { node } => {
+                // Its clicks are lost, not undone: the truth (what the
+                // client pressed and a node counted) stays.
+                let n = node as usize;
+                s.count[n] = 0;
+                if n == FENCING {
+                    s.floor = 0;
+                }
+                s.restarts += 1;
+            }
             Action::CleanTimer => {
                 let Cleaner::Sent { node, token } = s.cleaner else {
                     return None;
@@ -742,14 +772,14 @@ impl Model for Protocol {
                     .all(|p| !(p.answer == Some(Answer::NotCounted) && p.counted > 0))
             }),
             Property::always(
-                "no answer repeats another but for a failover",
+                "no answer repeats another but for a failover or a restart",
                 |_, s: &State| {
                     let shown = sorted(counted_answers(s));
                     shown.windows(2).all(|w| w[0] != w[1])
                 },
             ),
             Property::always("no answer is above the truth", |_, s: &State| {
-                counted_answers(s).iter().all(|(_, v)| *v <= s.truth)
+                !s.answered_above_truth
             }),
             Property::always("no node is taken down while it answers", |_, s: &State| {
                 !s.taken_down_answering

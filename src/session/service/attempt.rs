@@ -77,7 +77,8 @@ impl SessionService {
             return Attempt::Abandoned { sent: false, held };
         }
         let epoch = entry.fences().then_some(fence_epoch);
-        let mut exchange = match self.client().press(&entry.link, id, epoch) {
+        let sent = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut exchange = match self.client().press(&entry.link, id, epoch, sent.clone()) {
             Ok(exchange) => exchange,
             Err(error) => return Attempt::NotTheNode(error),
         };
@@ -89,7 +90,10 @@ impl SessionService {
         let result = tokio::select! {
             biased;
             result = &mut exchange => result,
-            _ = down => return Attempt::Abandoned { sent: true, held },
+            _ = down => {
+                let sent = sent.load(std::sync::atomic::Ordering::Acquire);
+                return Attempt::Abandoned { sent, held };
+            }
             _ = tokio::time::sleep(self.client().timeout()) => last_look(&mut exchange).await,
         };
         let error = match result {

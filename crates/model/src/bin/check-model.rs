@@ -50,6 +50,7 @@ fn main() {
             presses,
             outstanding: 2,
             cleans: 1,
+            restarts: 1,
         });
         println!(
             "{name}: {} states in {:.1?}",
