@@ -242,8 +242,7 @@ impl NodeClient {
         self.send(request, 1 << 20).await
     }
 
-    /// One request on the pooled client, body read up to `limit` bytes, all
-    /// within `NODE_TIMEOUT_MS`.
+    /// One request on the pooled client, within `NODE_TIMEOUT_MS`.
     async fn send(
         &self,
         request: Request<Full<Bytes>>,
@@ -293,10 +292,8 @@ impl NodeClient {
         Ok(CleanOutcome::All)
     }
 
-    /// One health check of a node, as `HEALTH_CHECK` says (a down node
-    /// under `off` is tried with a connect). Any HTTP answer below 500
-    /// proves the process serves: a node without a health path answers
-    /// 404, and that is an answer.
+    /// One health check, as `HEALTH_CHECK` says (a down node under `off`:
+    /// a connect). Any HTTP answer below 500 proves the process serves.
     pub async fn check(&self, address: &str, down: bool) -> Result<NodeHealth, NodeCallError> {
         match &self.probe {
             Probe::Http { path } => self.get_health(address, path).await,
@@ -307,8 +304,7 @@ impl NodeClient {
     }
 
     /// The first check of a node (added, or recovering): the configured
-    /// check, under `off` a connect, then what the node offers. `Err` when
-    /// the check failed.
+    /// check (under `off` a connect), then what the node offers.
     pub async fn first_check(&self, address: &str) -> Result<NodeHealth, NodeCallError> {
         let checked = self.check(address, true).await?;
         match &self.probe {
