@@ -242,15 +242,15 @@ impl NodeClient {
         self.send(request, 1 << 20).await
     }
 
-    /// One request on the pooled client, within `NODE_TIMEOUT_MS`.
+    /// One request on the pooled client, within `NODE_TIMEOUT_MS` (an
+    /// answer there when the timer fires is taken: a clean that the node
+    /// answered is settled, its node not declared down).
     async fn send(
         &self,
         request: Request<Full<Bytes>>,
         limit: usize,
     ) -> Result<Reply, NodeCallError> {
-        tokio::time::timeout(self.timeout, exchange(&self.hot, request, limit))
-            .await
-            .map_err(|_| NodeCallError::Timeout)?
+        super::deadline::within(self.timeout, exchange(&self.hot, request, limit)).await
     }
 
     /// `POST /clean`; with `session_ids`, a node that supports it cleans

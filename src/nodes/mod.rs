@@ -5,6 +5,7 @@
 pub mod address;
 mod answer;
 pub mod client;
+pub mod deadline;
 mod entry;
 pub mod error;
 pub mod evidence;

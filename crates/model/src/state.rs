@@ -25,6 +25,11 @@ pub struct Guards {
     /// A placement carries the archive's version its base was folded at,
     /// and Redis refuses one older than the session's last unmap (hole 4).
     pub base_guard: bool,
+    /// A Redis (or a cluster primary) that comes back on an older snapshot
+    /// is recognised (each group keeps the identity of the server that
+    /// holds it) and nothing is read from it until the registry is rebuilt
+    /// (hole 1).
+    pub identity_check: bool,
 }
 
 impl Guards {
@@ -34,6 +39,7 @@ impl Guards {
         retry_only_unsent: true,
         answer_before_timer: true,
         base_guard: true,
+        identity_check: true,
     };
 
     /// The protocol as the code had it at 0.1.0.
@@ -42,6 +48,7 @@ impl Guards {
         retry_only_unsent: false,
         answer_before_timer: false,
         base_guard: false,
+        identity_check: false,
     };
 }
 
@@ -59,6 +66,19 @@ pub struct Protocol {
     /// How many times a node may restart, losing its counts (and the
     /// fencing node its floor).
     pub restarts: u8,
+    /// How many times Redis may come back on its last snapshot.
+    pub rollbacks: u8,
+}
+
+/// What Redis holds of the session and the nodes' fencing epochs: what an
+/// older snapshot brings back. (Whether a node is down comes back from
+/// Postgres, which the rebuild trusts; fences are not in a snapshot taken
+/// or restored while a clean runs: not modelled.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Snapshot {
+    pub mapping: Option<(u8, u8)>,
+    pub epoch: [u8; NODES],
+    pub unmapped_at: u8,
 }
 
 /// What the client was answered.
@@ -188,6 +208,13 @@ pub struct State {
     pub fence: [bool; NODES],
     /// The archive's version when the session was last unmapped.
     pub unmapped_at: u8,
+    /// Redis's last snapshot (an RDB), and how often it came back on one.
+    pub snapshot: Option<Snapshot>,
+    pub rollbacks: u8,
+    /// The registry is being rebuilt: nothing is read or placed, and these
+    /// nodes are still to be cleaned (archived under a fresh token).
+    pub rebuilding: bool,
+    pub to_rebuild: [bool; NODES],
     // Postgres.
     /// Archive rows of the session: (token, clicks); token 0: a node that
     /// stamps none (they always count).
@@ -262,6 +289,14 @@ pub enum Action {
     /// A node restarts (kill -9 and start): its counts are gone, and the
     /// fencing node's floor with them.
     NodeRestarts { node: u8 },
+    /// Redis writes a snapshot (`BGSAVE`, or its `save` rules).
+    RedisSaves,
+    /// Redis comes back on its snapshot (restarted from its RDB, or a
+    /// failover to a replica that lagged). With `identity_check`, the
+    /// replicas see another server before their next read (`identity`),
+    /// and `Rebuilder::rebuild` starts: the groups are wiped and every
+    /// node is to be cleaned before anything is placed.
+    RedisRollsBack,
 }
 
 fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
@@ -335,9 +370,9 @@ impl State {
     }
 
     /// The failover's unmap: what the node counted since its last archive
-    /// is lost.
+    /// is lost (mapped there, or not any more: after a rebuild's wipe).
     fn fail_over(&mut self, node: u8) {
-        if matches!(self.mapping, Some((n, _)) if n == node) {
+        if matches!(self.mapping, Some((n, _)) if n == node) || self.count[node as usize] > 0 {
             self.failovers += 1;
         }
         self.unmap_if_on(node);
@@ -356,6 +391,20 @@ impl State {
         }
         self.acked = [false; REPLICAS];
         self.cleaner = Cleaner::Idle;
+        if self.rebuilding && !self.to_rebuild.contains(&true) {
+            // `declare_complete`: a new group epoch, so a base folded
+            // before the rebuild is refused (base_guard).
+            self.rebuilding = false;
+            self.unmapped_at = self.version;
+        }
+    }
+
+    fn redis(&self) -> Snapshot {
+        Snapshot {
+            mapping: self.mapping,
+            epoch: self.epoch,
+            unmapped_at: self.unmapped_at,
+        }
     }
 }
 
@@ -370,6 +419,10 @@ impl Model for Protocol {
             epoch: [0; NODES],
             fence: [false; NODES],
             unmapped_at: 0,
+            snapshot: None,
+            rollbacks: 0,
+            rebuilding: false,
+            to_rebuild: [false; NODES],
             rows: Vec::new(),
             tokens: Vec::new(),
             version: 0,
@@ -468,8 +521,11 @@ impl Model for Protocol {
                     let mapped_here = matches!(s.mapping, Some((n, _)) if n == node);
                     let down = s.down[node as usize];
                     // A clean with archive of a node holding the session
-                    // (expiry, removal), or the failover of a down one.
-                    if mapped_here && (down || s.cleans < self.cleans) {
+                    // (expiry, removal), or the failover of a down one; or
+                    // the rebuild's clean of each node.
+                    if mapped_here && (down || s.cleans < self.cleans)
+                        || s.to_rebuild[node as usize]
+                    {
                         actions.push(Action::RaiseFence { node });
                     }
                 }
@@ -480,15 +536,25 @@ impl Model for Protocol {
                 }
             }
             Cleaner::Sent { node, token } => {
-                if s.net.contains(&Msg::Cleaned { node, token }) {
+                let answered = s.net.contains(&Msg::Cleaned { node, token });
+                if answered {
                     actions.push(Action::Settle);
                 }
-                actions.push(Action::CleanTimer);
+                if !(self.guards.answer_before_timer && answered) {
+                    actions.push(Action::CleanTimer);
+                }
             }
         }
         if s.restarts < self.restarts {
             for node in 0..NODES as u8 {
                 actions.push(Action::NodeRestarts { node });
+            }
+        }
+        if s.rollbacks < self.rollbacks && s.cleaner == Cleaner::Idle && !s.rebuilding {
+            if s.snapshot.is_none() {
+                actions.push(Action::RedisSaves);
+            } else {
+                actions.push(Action::RedisRollsBack);
             }
         }
     }
@@ -506,6 +572,10 @@ impl Model for Protocol {
                 });
                 s.set_step(replica, press, Some(Step::Lookup));
             }
+            Action::Lookup { replica, press } if s.rebuilding => {
+                // 503 `registry_rebuilding`: nothing read, nothing sent.
+                s.answer(replica, press, Answer::NotCounted);
+            }
             Action::Lookup { replica, press } => {
                 let mark = s.replicas[replica as usize].mark;
                 let step = match s.mapping {
@@ -518,6 +588,11 @@ impl Model for Protocol {
                     None => Step::Fold,
                 };
                 s.set_step(replica, press, Some(step));
+            }
+            Action::FoldOne { replica, press } | Action::Place { replica, press, .. }
+                if s.rebuilding =>
+            {
+                s.answer(replica, press, Answer::NotCounted);
             }
             Action::FoldOne { replica, press } => {
                 let mark = s.replicas[replica as usize].mark;
@@ -689,7 +764,9 @@ impl Model for Protocol {
             Action::RaiseFence { node } => {
                 s.fence[node as usize] = true;
                 let archive = !s.down[node as usize];
-                if archive {
+                if std::mem::take(&mut s.to_rebuild[node as usize]) {
+                    // The rebuild's own clean: no expiry's budget.
+                } else if archive {
                     s.cleans += 1;
                 }
                 s.cleaner = Cleaner::Fenced { node, archive };
@@ -742,10 +819,30 @@ impl Model for Protocol {
                 }
                 s.restarts += 1;
             }
+            Action::RedisSaves => s.snapshot = Some(s.redis()),
+            Action::RedisRollsBack => {
+                let Snapshot {
+                    mapping,
+                    epoch,
+                    unmapped_at,
+                } = s.snapshot?;
+                s.mapping = mapping;
+                s.epoch = epoch;
+                s.unmapped_at = unmapped_at;
+                s.rollbacks += 1;
+                if g.identity_check {
+                    s.mapping = None;
+                    s.rebuilding = true;
+                    s.to_rebuild = [true; NODES];
+                }
+            }
             Action::CleanTimer => {
                 let Cleaner::Sent { node, token } = s.cleaner else {
                     return None;
                 };
+                if s.net.contains(&Msg::Cleaned { node, token }) {
+                    s.taken_down_answering = true;
+                }
                 s.tokens[token as usize - 1] = Token::Revoked;
                 s.mark_down(node);
                 s.fail_over(node);
@@ -758,7 +855,8 @@ impl Model for Protocol {
     /// Retries and failovers could count and fence for ever: the check
     /// stops where a press has been counted more than twice over.
     fn within_boundary(&self, s: &State) -> bool {
-        s.truth <= 2 * self.presses && s.tokens.len() <= 2 * self.cleans as usize + 1
+        s.truth <= 2 * self.presses
+            && s.tokens.len() <= 2 * (self.cleans + NODES as u8 * self.rollbacks) as usize + 1
     }
 
     fn properties(&self) -> Vec<Property<Self>> {

@@ -15,6 +15,7 @@ fn bounds(guards: Guards, presses: u8) -> Protocol {
         outstanding: 2,
         cleans: 1,
         restarts: 1,
+        rollbacks: 0,
     }
 }
 
@@ -23,6 +24,17 @@ fn bounds(guards: Guards, presses: u8) -> Protocol {
 fn without_restarts(guards: Guards, presses: u8) -> Protocol {
     Protocol {
         restarts: 0,
+        ..bounds(guards, presses)
+    }
+}
+
+/// Redis back on an older snapshot once, and the rebuild it calls for
+/// (which cleans every node): no other clean, no restart.
+fn with_a_rollback(guards: Guards, presses: u8) -> Protocol {
+    Protocol {
+        cleans: 0,
+        restarts: 0,
+        rollbacks: 1,
         ..bounds(guards, presses)
     }
 }
@@ -39,6 +51,28 @@ fn every_property_holds_with_every_guard_in() {
         report.states > 100_000,
         "{} states: the bounds shrank",
         report.states
+    );
+}
+
+#[test]
+fn every_property_holds_with_every_guard_in_when_redis_comes_back_on_a_snapshot() {
+    let report = check(with_a_rollback(Guards::ALL, 2));
+    assert!(report.passed(), "{:#?}", report.counterexamples);
+    assert!(report.states > 100_000, "{} states", report.states);
+}
+
+#[test]
+fn unnoticed_a_redis_back_on_an_older_snapshot_restarts_a_session_and_repeats_answers() {
+    let report = check(with_a_rollback(
+        Guards {
+            identity_check: false,
+            ..Guards::ALL
+        },
+        2,
+    ));
+    assert_eq!(
+        broken(&report),
+        ["no answer repeats another but for a failover or a restart"]
     );
 }
 

@@ -4,13 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::SessionService;
 use crate::archive::events::Actor;
 use crate::nodes::client::Exchange;
+use crate::nodes::deadline::last_look;
 use crate::nodes::limit::InFlightPermit;
 use crate::nodes::table::InFlight;
 use crate::nodes::{NodeCallError, NodeEntry, Spared};
@@ -175,10 +175,10 @@ impl SessionService {
                     biased;
                     result = &mut exchange => Some(result),
                     _ = &mut down => return,
-                    _ = tick.tick() => {
-                        tokio::task::yield_now().await;
-                        (&mut exchange).now_or_never()
-                    }
+                    _ = tick.tick() => match last_look(&mut exchange).await {
+                        Err(NodeCallError::Timeout) => None,
+                        answer => Some(answer),
+                    },
                 };
                 match answered {
                     Some(result) => match result {
@@ -313,16 +313,4 @@ impl SessionService {
         self.table().learn_epoch(entry, fence);
         Ok(())
     }
-}
-
-/// The press's timer fired: one more look at its exchange, after a yield
-/// that lets the runtime poll its sockets first. A replica resumed from a
-/// pause finds its timers due at once, before the runtime has seen the
-/// answers that arrived meanwhile; a node that answered is not taken for
-/// silent (the model's answer_before_timer, design.md).
-async fn last_look(exchange: &mut Exchange) -> Result<i64, NodeCallError> {
-    tokio::task::yield_now().await;
-    exchange
-        .now_or_never()
-        .unwrap_or(Err(NodeCallError::Timeout))
 }

@@ -1,4 +1,5 @@
-//! `cargo run -p model --release --bin check-model`: checks the protocol
+//! `cargo run -p model --release --bin check-model [presses cleans restarts
+//! rollbacks]` (3 1 1 0 by default): checks the protocol
 //! with every guard in, then with each guard taken out, and prints what
 //! each check found: its states, and the shortest trace that breaks each
 //! property broken.
@@ -37,20 +38,31 @@ fn main() {
                 ..all
             },
         ),
+        (
+            "without identity_check",
+            Guards {
+                identity_check: false,
+                ..all
+            },
+        ),
         ("0.1.0 (no guard)", Guards::NONE),
     ];
-    let presses: u8 = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(3);
+    let arg = |n: usize, default: u8| {
+        std::env::args()
+            .nth(n)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(default)
+    };
+    let (presses, cleans, restarts, rollbacks) = (arg(1, 3), arg(2, 1), arg(3, 1), arg(4, 0));
     for (name, guards) in runs {
         let started = std::time::Instant::now();
         let report = check(Protocol {
             guards,
             presses,
             outstanding: 2,
-            cleans: 1,
-            restarts: 1,
+            cleans,
+            restarts,
+            rollbacks,
         });
         println!(
             "{name}: {} states in {:.1?}",
