@@ -4,7 +4,9 @@
 #   scripts/redis-cluster.sh stop PORT
 #   scripts/redis-cluster.sh crash PORT N # kill -9 primary PORT+N, start it again
 #                                         # empty (it keeps its slots: nodes.conf)
-# No persistence, no replicas; state in a temp directory. Prints the
+#   scripts/redis-cluster.sh save PORT N  # primary PORT+N writes a snapshot (RDB)
+#   scripts/redis-cluster.sh rollback PORT N # kill -9 it, start it on that snapshot
+# No persistence but `save`, no replicas; state in a temp directory. Prints the
 # REDIS_URL that reaches it (redis+cluster://...). Needs redis-server and
 # redis-cli (7.x).
 set -euo pipefail
@@ -17,7 +19,7 @@ dir=${TMPDIR:-/tmp}/nodes-control-cluster-$port
 start_one() {
     redis-server --port "$1" --bind 127.0.0.1 --daemonize yes \
         --cluster-enabled yes --cluster-config-file "$dir/nodes-$1.conf" \
-        --cluster-node-timeout 2000 --save "" --appendonly no \
+        --cluster-node-timeout 2000 --save "" --appendonly no --dbfilename "dump-$1.rdb" \
         --dir "$dir" --logfile "$dir/redis-$1.log" >/dev/null
     for _ in $(seq 50); do
         redis-cli -p "$1" ping >/dev/null 2>&1 && return
@@ -55,8 +57,20 @@ start)
 stop)
     stop
     ;;
-crash)
+save)
     p=$((port + ${3:?which primary: 0, 1 or 2}))
+    before=$(redis-cli -p "$p" lastsave)
+    redis-cli -p "$p" bgsave >/dev/null
+    for _ in $(seq 100); do
+        [ "$(redis-cli -p "$p" lastsave)" != "$before" ] && exit 0
+        sleep 0.05
+    done
+    echo "primary $p wrote no snapshot" >&2
+    exit 1
+    ;;
+crash | rollback)
+    p=$((port + ${3:?which primary: 0, 1 or 2}))
+    [ "$command" = crash ] && rm -f "$dir/dump-$p.rdb"
     pid=$(redis-cli -p "$p" info server | tr -d '\r' | sed -n 's/^process_id://p')
     kill -9 "$pid"
     # Until the port is free (a killed daemon may linger as a zombie).
@@ -67,7 +81,7 @@ crash)
     start_one "$p"
     ;;
 *)
-    echo "usage: $0 start|stop [first port, default 7101] | crash PORT N" >&2
+    echo "usage: $0 start|stop [first port, default 7101] | crash|save|rollback PORT N" >&2
     exit 2
     ;;
 esac

@@ -167,3 +167,59 @@ async fn a_primary_that_restarts_empty_makes_the_registry_rebuild_and_no_click_i
         assert_eq!(answer.clicks(), 4, "{session}");
     }
 }
+
+/// A primary that comes back on its last snapshot (kill -9 after an RDB,
+/// as Redis's `save` rules leave it): its groups look complete, their
+/// epochs are in the snapshot, but the sessions placed since are not. Its
+/// groups keep the identity of the primary that held them: the registry
+/// is rebuilt, every node archiving first, and each session goes on from
+/// its exact count, those placed after the snapshot too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_back_on_an_older_snapshot_makes_the_registry_rebuild_and_no_session_restarts() {
+    let cluster = LoopbackCluster::start();
+    let app = spawn_app_with(config_on(&cluster)).await;
+    let _nodes = start_nodes(&app, 3, false).await;
+    let tag = unique("rollback");
+    let old: Vec<String> = (0..30).map(|i| format!("{tag}-old-{i}")).collect();
+    let new: Vec<String> = (0..30).map(|i| format!("{tag}-new-{i}")).collect();
+    for session in &old {
+        for expected in 1..=3 {
+            assert_eq!(app.press(session).await.clicks(), expected);
+        }
+    }
+    let control = cluster
+        .owner(cluster.slot_of("{ctl}").await, cluster.base)
+        .await;
+    let victim = (0..3).find(|n| cluster.base + n != control).unwrap();
+    let mut on_victim = 0;
+    for session in &new {
+        let owner = cluster
+            .owner(cluster.slot_of(&group_tag(session)).await, cluster.base)
+            .await;
+        on_victim += usize::from(owner == cluster.base + victim);
+    }
+    assert!(
+        on_victim > 0,
+        "some new sessions live on the primary rolled back"
+    );
+    cluster.save(victim);
+    // What the snapshot does not hold: more presses, and new sessions.
+    for session in &old {
+        for expected in 4..=5 {
+            assert_eq!(app.press(session).await.clicks(), expected);
+        }
+    }
+    for session in &new {
+        for expected in 1..=2 {
+            assert_eq!(app.press(session).await.clicks(), expected);
+        }
+    }
+    cluster.roll_back(victim);
+    app.wait_rebuilt().await;
+    for (sessions, next) in [(&old, 6), (&new, 3)] {
+        for session in sessions {
+            let answer = common::press_until_ok(&app, session).await;
+            assert_eq!(answer.clicks(), next, "{session}");
+        }
+    }
+}

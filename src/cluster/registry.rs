@@ -241,8 +241,17 @@ impl NodeRegistry {
                     return Ok(false);
                 }
             };
-            // It may have come back as another program: detect again.
-            let health = this.client().detect(addr).await.unwrap_or_default();
+            // It may have come back as another program: detect again. What
+            // a node offers (fencing above all) is only ever recorded from
+            // its answer: one that does not give it now stays down until
+            // the next check, not brought up offering nothing (hole 5).
+            let health = match this.client().detect(addr).await {
+                Ok(health) => health,
+                Err(error) => {
+                    warn!(node = %addr, %error, "the recovered node did not say what it offers; it stays down");
+                    return Ok(false);
+                }
+            };
             let mut offers = health.offers;
             offers.selective_clean |= wiped.selective;
             let (state, reason) = match this.store().nodes.drain_until(addr).await? {

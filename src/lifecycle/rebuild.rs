@@ -20,7 +20,7 @@ use super::cleaner::{CleanError, NodeCleaner};
 use super::fence::HEARTBEAT;
 use crate::archive::events::{Actor, NodeEvent};
 use crate::archive::{Archive, Member};
-use crate::nodes::{NodeClient, NodeTable, Offers};
+use crate::nodes::{NodeClient, NodeTable};
 use crate::store::{with_lock, with_node_lock, LOCK_WAIT};
 use crate::store::{Identity, Layout, NodeRecord, NodeState, Store};
 
@@ -227,6 +227,14 @@ impl Rebuilder {
                     .cleaner
                     .archive_all(&lock, member.state != NodeState::Down.as_str())
                     .await?;
+                // What it offers is recorded from its answer only: one that
+                // does not say now comes back down, and the health checks
+                // bring it up once it does (hole 5, `NodeRegistry::recover`).
+                let offers = match answered {
+                    true => self.client().detect(&addr).await.ok().map(|h| h.offers),
+                    false => None,
+                };
+                let answered = offers.is_some();
                 // A node that was draining has just archived every session:
                 // it goes on draining, with nothing left, so it is removed.
                 // (Or, down now, drained before it failed: the drain
@@ -240,7 +248,7 @@ impl Rebuilder {
                 self.archive()
                     .set_member_state(&addr, state.as_str())
                     .await?;
-                let mut record = NodeRecord {
+                let record = NodeRecord {
                     address: addr.clone(),
                     name: member.name.clone(),
                     weight: member.weight.max(1) as u32,
@@ -250,12 +258,9 @@ impl Rebuilder {
                     reason: (!answered)
                         .then(|| "did not answer during the registry rebuild".to_owned()),
                     number: member.number as u64,
-                    offers: Offers::default(),
+                    offers: offers.unwrap_or_default(),
                     epoch,
                 };
-                if answered {
-                    record.offers = self.client().detect(&addr).await.unwrap_or_default().offers;
-                }
                 if self.store().nodes.register_node(&record, true).await? == Some(false) {
                     // The control slot remembered the node (a group forgot):
                     // it starts over all the same, with nothing mapped.

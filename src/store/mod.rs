@@ -30,6 +30,7 @@
 //! | `P{ctl}fences`, `fence_seq`, `fence_acks:{addr}:{seq}`, `replicas`, `journal:{addr}` | | the clean fence, see [`Fences`] |
 //! | `P{ctl}events` | pub/sub channel | wakes replicas when a fence is raised, lowered or acknowledged |
 //! | `P{ctl}registry` | string | the registry's epoch: written once the registry and every group are complete; missing means Redis forgot (design.md, amnesia) |
+//! | `P{ctl}identity` | string | the `run_id` of the Redis (the control slot's primary) that held the registry when it was complete: another one may hold older data (replicas/identity.rs) |
 //! | `P{ctl}layout` | string | the storage layout's version ([`LAYOUT`]), written with the registry's epoch; a replica that finds another refuses to serve (`layout`) |
 //!
 //! **Session groups** (`P{s:gg}`, `gg` the first two hex digits of
@@ -42,6 +43,7 @@
 //! | `P{s:gg}due:{number}` | list | the group's sessions on node `number`, in the order they were placed (so, give or take a clock's skew, of their end: sessions live a fixed time): the sweep's index, each entry `{end, ms}\t{id}`, walked from the head in plain `LRANGE`s (`walk`); exact (an entry leaves with its mapping), and its length the group's count of the node (exact but for strays, entries whose session left: design.md, Indexes). A list packs into compact nodes at any length, where a zset past 128 entries costs a skiplist node and a dict entry per session |
 //! | `P{s:gg}unmaps` | string | how many times a session of the group was unmapped (`unmap.lua`): a placement refuses a base folded before the last one (`Sessions::unmaps_seen`) |
 //! | `P{s:gg}epoch` | string | the registry epoch the group belongs to: missing means this group's primary forgot |
+//! | `P{s:gg}identity` | string | (a cluster only) the `run_id` of the primary that held the group when the registry was complete (or when it moved there): one no live primary has means the group came back on an older snapshot (replicas/identity.rs) |
 //! | `P{s:gg}closed` | set | numbers of the nodes closed to new sessions in this group (a cluster only): `claim.lua` refuses them; added before a removal, failover or wipe reads a node's sessions, removed when the node is up again (a removed node's stays) |
 //!
 //! A `{` in the prefix itself would become the hash tag of every key: it

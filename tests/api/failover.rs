@@ -3,9 +3,11 @@
 use crate::common;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::response::IntoResponse;
 use common::{spawn_app_with, spawn_cluster, start_nodes, test_config, unique, TcpProxy};
 use testkit::{eventually, holds};
 
@@ -415,4 +417,83 @@ async fn a_press_its_node_took_and_hung_up_on_answers_504_and_is_not_sent_elsewh
     // The node is down and the session moves on from its archive.
     let next = common::press_until_ok(&app, &s).await;
     assert_eq!(next.served_by.as_deref(), Some("other"), "{next:?}");
+}
+
+/// A reference node whose health path fails once, on the first read after
+/// it is wiped: the read a recovery makes to learn what the node offers.
+async fn node_whose_health_fails_after_a_wipe(name: &str) -> (String, Arc<AtomicBool>) {
+    let config = click_node::Config::for_tests(name, &common::database_url());
+    let node = click_node::Node::new(&config).unwrap();
+    let armed = Arc::new(AtomicBool::new(false));
+    let fail_next_health = Arc::new(AtomicBool::new(false));
+    let front = {
+        let (armed, fail) = (armed.clone(), fail_next_health.clone());
+        axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                let (armed, fail) = (armed.clone(), fail.clone());
+                async move {
+                    let path = request.uri().path().to_owned();
+                    if path == "/health" && fail.swap(false, Ordering::SeqCst) {
+                        return axum::http::StatusCode::SERVICE_UNAVAILABLE.into_response();
+                    }
+                    let answer = next.run(request).await;
+                    if path == "/clean" && armed.swap(false, Ordering::SeqCst) {
+                        fail.store(true, Ordering::SeqCst);
+                    }
+                    answer
+                }
+            },
+        )
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, click_node::app(node).layer(front)).await });
+    (address, armed)
+}
+
+/// What a node offers is only ever recorded from its answer (hole 5): a
+/// fencing node whose health read fails once while it recovers stays down
+/// for another round, and comes back offering fencing, not nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_health_read_that_fails_during_a_recovery_never_switches_fencing_off() {
+    let app = spawn_app_with(test_config()).await;
+    let _other = start_nodes(&app, 1, false).await;
+    let (address, armed) = node_whose_health_fails_after_a_wipe("flaky").await;
+    app.add_node(&address, "flaky").await;
+    let flaky = || async {
+        let node = app
+            .nodes()
+            .await
+            .into_iter()
+            .find(|n| n["name"] == "flaky")
+            .unwrap();
+        (node["state"].clone(), node["offers"]["fencing"].clone())
+    };
+    assert_eq!(flaky().await.1, true, "a reference node offers fencing");
+    let entry = app.ctx.admin.registry().table().get(&address).unwrap();
+    armed.store(true, Ordering::SeqCst);
+    app.ctx
+        .admin
+        .registry()
+        .mark_down(
+            &entry,
+            nodes_control::archive::events::Actor::HealthCheck,
+            "a test says so",
+        )
+        .await;
+    eventually(Duration::from_secs(10), "flaky back up", || async {
+        let (state, _) = flaky().await;
+        holds(state == "up", || state)
+    })
+    .await;
+    assert!(
+        !armed.load(Ordering::SeqCst),
+        "the recovery wiped the node and read its health after"
+    );
+    assert_eq!(
+        flaky().await.1,
+        true,
+        "fencing is still offered: {:?}",
+        flaky().await
+    );
 }

@@ -62,6 +62,16 @@ impl LoopbackCluster {
         script(&["crash".into(), self.base.to_string(), n.to_string()]);
     }
 
+    /// Primary `n` writes a snapshot (an RDB)...
+    pub fn save(&self, n: u16) {
+        script(&["save".into(), self.base.to_string(), n.to_string()]);
+    }
+
+    /// ...and, kill -9'd, comes back on it.
+    pub fn roll_back(&self, n: u16) {
+        script(&["rollback".into(), self.base.to_string(), n.to_string()]);
+    }
+
     pub async fn conn(&self, port: u16) -> MultiplexedConnection {
         redis::Client::open(format!("redis://127.0.0.1:{port}"))
             .unwrap()

@@ -22,6 +22,7 @@ pub struct Replicas {
 
 struct Scripts {
     heartbeat: redis::Script,
+    identity: redis::Script,
     live_replicas: redis::Script,
 }
 
@@ -29,6 +30,7 @@ impl Replicas {
     pub(super) fn new(core: Arc<Core>) -> Self {
         let scripts = Scripts {
             heartbeat: timed(include_str!("heartbeat.lua")),
+            identity: redis::Script::new(include_str!("identity.lua")),
             live_replicas: timed(include_str!("live_replicas.lua")),
         };
         Self {

@@ -135,7 +135,9 @@ impl Sessions {
     /// The hot path: one plain `HGET`, one round trip, no script (the node's
     /// address is remembered after its first read: numbers never change).
     pub async fn lookup(&self, session_id: &str) -> StoreResult<Option<Mapping>> {
-        self.replicas.check_identity().await?;
+        self.replicas
+            .check_identity(&groups::mapping_bucket(session_id)[..2])
+            .await?;
         let value: Option<String> = redis::cmd("HGET")
             .arg(self.mapping_key(session_id))
             .arg(session_id)

@@ -88,7 +88,9 @@ impl Sessions {
         preferred_node: Option<&str>,
         seen: Option<&str>,
     ) -> StoreResult<Placed> {
-        self.replicas.check_identity().await?;
+        self.replicas
+            .check_identity(&mapping_bucket(session_id)[..2])
+            .await?;
         // A number the standing mapping named that Redis does not know.
         let mut unknown: Option<u64> = None;
         // Nodes a claim found closed: not chosen again by this placement. A
