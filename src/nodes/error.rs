@@ -39,7 +39,8 @@ pub enum NodeCallError {
 }
 
 impl NodeCallError {
-    /// The node did not answer at all (as opposed to answering badly).
+    /// The node did not answer at all (as opposed to answering badly), or
+    /// was declared down before it did.
     pub fn is_unreachable(&self) -> bool {
         matches!(
             self,
@@ -47,6 +48,7 @@ impl NodeCallError {
                 | NodeCallError::Transport(_)
                 | NodeCallError::Timeout
                 | NodeCallError::ConnectTimeout
+                | NodeCallError::Abandoned
         )
     }
 

@@ -164,7 +164,8 @@ impl NodeCleaner {
         }
         lock.lock().check()?;
         let only = selective.then_some(journal.leaving.as_slice());
-        let outcome = match self.client.clean(addr, true, only, Some(generation)).await {
+        let call = self.client.clean(addr, true, only, Some(generation));
+        let outcome = match self.unless_declared_down(addr, call).await {
             Ok(outcome) => outcome,
             Err(source) => return Err(self.clean_failed(fence, &journal, source).await),
         };
@@ -176,6 +177,30 @@ impl NodeCleaner {
         // neither completed nor revoked would be revoked by a later
         // failover, and what the node archived with it lost).
         self.settle(fence, &journal, generation, outcome).await
+    }
+
+    /// `call` to the node, given up when the node is declared down meanwhile
+    /// (a press's timer found it silent): the clean then fails it over at
+    /// once, under its fence, instead of waiting out its own timeout. A
+    /// stopped node stalls its own sessions for one node timeout, and a
+    /// failover never waits behind a clean of a node that does not answer.
+    async fn unless_declared_down<T>(
+        &self,
+        addr: &str,
+        call: impl std::future::Future<Output = Result<T, NodeCallError>>,
+    ) -> Result<T, NodeCallError> {
+        let Some(entry) = self.table.get(addr) else {
+            return call.await;
+        };
+        let down = entry.declared_down();
+        if !entry.serves_presses() {
+            return Err(NodeCallError::Abandoned);
+        }
+        tokio::select! {
+            biased;
+            answer = call => answer,
+            _ = down => Err(NodeCallError::Abandoned),
+        }
     }
 
     /// The end of a clean the node did: fold and apply it, record its
