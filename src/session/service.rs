@@ -3,22 +3,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tracing::{debug, warn};
+use tracing::debug;
 
 mod attempt;
+mod round;
 
 use super::cache::MappingCache;
-use super::error::expire_error;
-use super::error::{Busy, PressError};
+use super::error::PressError;
 use super::SessionId;
 use crate::archive::history::Cause;
 use crate::archive::Archive;
 use crate::clock::Clock;
 use crate::cluster::NodeRegistry;
 use crate::lifecycle::{CleanError, Sweeper};
-use crate::nodes::{NodeCallError, NodeClient, NodeEntry, NodeTable, Selector};
+use crate::nodes::{NodeClient, NodeEntry, NodeTable, Selector};
 use crate::store::{Mapping, Placed, Store};
-use attempt::{Attempt, Held};
+use round::{Next, Round};
 
 /// A served press.
 #[derive(Debug, Clone)]
@@ -150,171 +150,22 @@ impl SessionService {
             return Err(PressError::NotFollowingFences);
         }
         let deadline = Instant::now() + self.budget;
-        // The clean mark is read before the mapping: a clean of the node
-        // that ends after this point makes us read the mapping again. From
-        // the cache, it is the mark the cached mapping was read at.
-        let (mut mapping, mut mark) = match self.cache.get(id, self.clock.now_ms()) {
+        // `Lookup`. The clean mark is read before the mapping: a clean of
+        // the node that ends after this point makes us read the mapping
+        // again. From the cache, it is the mark the cached mapping was
+        // read at.
+        let (mapping, mark) = match self.cache.get(id, self.clock.now_ms()) {
             Some((cached, mark)) => (Some(cached), mark),
             None => self.read(id).await?,
         };
-        let mut failed: Option<(String, NodeCallError)> = None;
-        // Set once this press moved its session off a failed node: the
-        // placement that follows is recorded as a failover.
-        let mut failed_over = false;
-        // Until when this press may queue for its node's limit, and how
-        // often it queued again after a connect the node's backlog refused.
-        let mut queued_until: Option<Instant> = None;
-        let mut requeues = 0;
+        let mut round = Round::new(id, deadline, mapping, mark);
         loop {
             if Instant::now() >= deadline {
                 return Err(PressError::Deadline);
             }
-            let current = match mapping.take() {
-                Some(m) => m,
-                None => self.place(id, None, failed_over).await?,
-            };
-            if current.expires_at_ms <= self.clock.now_ms() {
-                // Never serve an expired session (design.md §4.3): archive it
-                // (with its node's other expired sessions) and start anew.
-                match self
-                    .sweeper
-                    .sweep_node(&current.node, id, self.clock.now_ms())
-                    .await
-                {
-                    Ok(()) => {}
-                    // The node died under the clean: the cleaner declared it
-                    // down and moved its sessions off under the clean's fence,
-                    // so this one starts anew elsewhere, from its archive.
-                    Err(CleanError::Node { source, .. }) if source.is_unreachable() => {
-                        failed_over = true;
-                    }
-                    Err(error) => return Err(expire_error(error)),
-                }
-                (mapping, mark) = self.read(id).await?;
-                continue;
+            if let Next::Answer(pressed) = self.round(&mut round).await? {
+                return Ok(pressed);
             }
-            let entry = match self.entry(&current.node).await? {
-                Some(entry) if entry.serves_presses() => entry,
-                // Failed: the session moves, but only under the node's fence
-                // (design.md §4.10); then it is placed anew.
-                Some(entry) => {
-                    self.fail_over(&entry, id, deadline).await?;
-                    failed_over = true;
-                    (mapping, mark) = self.read(id).await?;
-                    continue;
-                }
-                // Removed: nobody presses it any more; drop the mapping.
-                None => {
-                    mapping = Some(self.place(id, Some(&current.node), failed_over).await?);
-                    continue;
-                }
-            };
-            let in_flight = entry.start_request();
-            let Some(gate) = entry.enter(deadline - Instant::now()).await else {
-                return Err(PressError::NodeBusy {
-                    node: entry.address.clone(),
-                    why: Busy::Cleaning,
-                });
-            };
-            // The fencing epoch first, then the clean mark: an epoch learned
-            // after the mapping was read shows as a clean since (see
-            // `NodeTable::learn_epoch`), and the mapping is read again.
-            let fence_epoch = entry.fence_epoch();
-            // While we hold the gate no clean of this node starts on a
-            // replica that answers its fence (the fence waits for us), so a
-            // mapping read now holds until the press is answered; a node
-            // that fences refuses it if a clean overtook it all the same.
-            if entry.cleaned_since(mark) {
-                (mapping, mark) = self.read(id).await?;
-                continue;
-            }
-            // A place at the node, waited for in this replica's queue. Taken
-            // with the gate held: a press that waits out a clean does not
-            // spend its queue time on it, and a clean waits for the queue at
-            // most `NODE_QUEUE_TIMEOUT_MS`.
-            let queue_left = (*queued_until
-                .get_or_insert_with(|| Instant::now() + self.queue_timeout))
-            .min(deadline)
-            .saturating_duration_since(Instant::now());
-            let Some(permit) = entry.link.limit.acquire(queue_left).await else {
-                metrics::counter!("nodes_control_node_busy_total").increment(1);
-                return Err(PressError::NodeBusy {
-                    node: entry.address.clone(),
-                    why: Busy::Queue,
-                });
-            };
-            let held = Held {
-                _gate: gate,
-                _permit: permit,
-                _in_flight: in_flight,
-            };
-            let held = match self.attempt(&entry, id, held, fence_epoch).await {
-                Attempt::Served(count) => {
-                    return Ok(Pressed {
-                        clicks: count + current.base,
-                        node: entry,
-                    });
-                }
-                Attempt::Abandoned { sent: false, held } => {
-                    debug!(node = %entry.address, session = %super::id::logged(id), "press not sent: node declared down");
-                    held
-                }
-                Attempt::Abandoned { sent: true, .. } => {
-                    return Err(PressError::OutcomeUnknown {
-                        node: entry.address.clone(),
-                        source: NodeCallError::Abandoned,
-                    });
-                }
-                // The node cleaned the session after its mapping was read:
-                // nothing was counted. Learn the node's epoch, read again.
-                Attempt::Refused { fence } => {
-                    metrics::counter!("nodes_control_presses_refused_total").increment(1);
-                    debug!(node = %entry.address, session = %super::id::logged(id), fence, "press refused under an older fencing epoch");
-                    self.cache.forget(id);
-                    self.learn_after_refusal(&entry, fence).await?;
-                    (mapping, mark) = self.read(id).await?;
-                    continue;
-                }
-                // Not the node's doing: it stays up, the press fails.
-                Attempt::NotTheNode(error) => {
-                    return Err(PressError::NodeFailed {
-                        node: entry.address.clone(),
-                        source: error,
-                    });
-                }
-                Attempt::Spared { error, why } => {
-                    if !matches!(error, NodeCallError::ConnectTimeout) {
-                        warn!(node = %entry.address, %error, why = why.as_str(), "press not answered; the node stays up");
-                        return Err(PressError::OutcomeUnknown {
-                            node: entry.address.clone(),
-                            source: error,
-                        });
-                    }
-                    // Nothing was sent: queue for the node again, with a
-                    // fresh queue time (the connect's own wait was the
-                    // node's backlog, not our queue), a few times at most.
-                    requeues += 1;
-                    if requeues > MAX_REQUEUES {
-                        metrics::counter!("nodes_control_node_busy_total").increment(1);
-                        return Err(PressError::NodeBusy {
-                            node: entry.address.clone(),
-                            why: Busy::Queue,
-                        });
-                    }
-                    queued_until = None;
-                    mapping = Some(current);
-                    continue;
-                }
-                Attempt::Failed(error, held) => {
-                    self.failed(&entry, id, error, &mut failed).await?;
-                    held
-                }
-            };
-            drop(held);
-            self.cache.forget(id);
-            self.fail_over(&entry, id, deadline).await?;
-            failed_over = true;
-            (mapping, mark) = self.read(id).await?;
         }
     }
 

@@ -9,6 +9,7 @@ use tracing::{info, warn};
 
 use super::SessionService;
 use crate::archive::events::Actor;
+use crate::cluster::NodeRegistry;
 use crate::nodes::client::Exchange;
 use crate::nodes::deadline::last_look;
 use crate::nodes::limit::InFlightPermit;
@@ -96,20 +97,34 @@ impl SessionService {
             }
             _ = tokio::time::sleep(self.client().timeout()) => last_look(&mut exchange).await,
         };
-        let error = match result {
+        match result {
             Ok(count) => {
                 entry.link.metrics.served();
                 entry.evidence.answered();
                 entry.link.limit.answered();
-                return Attempt::Served(count);
+                Attempt::Served(count)
             }
             // The node is well and counted nothing.
             Err(NodeCallError::StaleEpoch { fence }) => {
                 entry.evidence.answered();
-                return Attempt::Refused { fence };
+                Attempt::Refused { fence }
             }
-            Err(error) => error,
-        };
+            Err(error) => self.unanswered(entry, error, sent_at, exchange, held).await,
+        }
+    }
+
+    /// `Timer { failed }`: the press failed or timed out; the node is
+    /// judged failed (marked down by the caller, the gate still held) or
+    /// spared: alive but saturated, or the last one up. A press still at a
+    /// spared node is carried on.
+    async fn unanswered(
+        &self,
+        entry: &Arc<NodeEntry>,
+        error: NodeCallError,
+        sent_at: u64,
+        exchange: Exchange,
+        held: Held,
+    ) -> Attempt {
         entry.link.metrics.failed();
         if !error.is_node_fault() {
             return Attempt::NotTheNode(error);
@@ -158,65 +173,11 @@ impl SessionService {
     /// last up node) and failed over. After [`CARRY_LIMIT`] periods the
     /// node is marked down whether it answers others or not, and the last
     /// up node's gate opens (its connection is dropped), with a warning.
-    fn carry_on(&self, entry: Arc<NodeEntry>, mut exchange: Exchange, held: Held) {
+    fn carry_on(&self, entry: Arc<NodeEntry>, exchange: Exchange, held: Held) {
         let (registry, patience) = (self.registry.clone(), self.client().timeout());
-        let mut looked_at = crate::clock::mono_ms();
         self.carried.spawn(async move {
-            let down = entry.declared_down();
-            let mut down = std::pin::pin!(down);
-            if !entry.serves_presses() {
-                return; // declared down meanwhile: its counts are moot
-            }
-            let mut tick = tokio::time::interval_at(Instant::now() + patience, patience);
-            let mut periods = 0;
-            let reason = loop {
-                // The tick, too, takes a last look at the exchange first.
-                let answered = tokio::select! {
-                    biased;
-                    result = &mut exchange => Some(result),
-                    _ = &mut down => return,
-                    _ = tick.tick() => match last_look(&mut exchange).await {
-                        Err(NodeCallError::Timeout) => None,
-                        answer => Some(answer),
-                    },
-                };
-                match answered {
-                    Some(result) => match result {
-                        // A refusal is an answer too: nothing was counted.
-                        Ok(_) | Err(NodeCallError::StaleEpoch { .. }) => {
-                            entry.evidence.answered();
-                            entry.link.limit.answered();
-                            return;
-                        }
-                        Err(error) => {
-                            let reason = format!("a press failed after its timeout: {error}");
-                            if !error.is_inconclusive() {
-                                registry.mark_down(&entry, Actor::PressFailure, &reason).await;
-                                break reason;
-                            }
-                            if registry.mark_down_unless_last(&entry, Actor::PressFailure, &reason).await {
-                                break reason;
-                            }
-                            return; // the last node; the exchange is over
-                        }
-                    },
-                    None => {
-                        periods += 1;
-                        let alive = entry.evidence.answered_since(looked_at);
-                        looked_at = crate::clock::mono_ms();
-                        if alive && periods < CARRY_LIMIT {
-                            continue;
-                        }
-                        let reason = format!("a press was not answered in {} ms", patience.as_millis() * (periods + 1) as u128);
-                        if registry.mark_down_unless_last(&entry, Actor::PressFailure, &reason).await {
-                            break reason;
-                        }
-                        if periods >= CARRY_LIMIT {
-                            warn!(node = %entry.address, %reason, "the last up node holds a press too long: its gate opens");
-                            return;
-                        }
-                    }
-                }
+            let Some(reason) = watch_carried(&registry, &entry, exchange, patience).await else {
+                return;
             };
             warn!(node = %entry.address, %reason, "node marked down");
             drop(held);
@@ -313,4 +274,81 @@ impl SessionService {
         self.table().learn_epoch(entry, fence);
         Ok(())
     }
+}
+
+/// A carried press, watched until its node answers or is declared down
+/// (`None`: the gate may open) or is marked down here (the reason: it is
+/// failed over, the gate opening after).
+async fn watch_carried(
+    registry: &NodeRegistry,
+    entry: &NodeEntry,
+    mut exchange: Exchange,
+    patience: Duration,
+) -> Option<String> {
+    let down = entry.declared_down();
+    let mut down = std::pin::pin!(down);
+    if !entry.serves_presses() {
+        return None; // declared down meanwhile: its counts are moot
+    }
+    let mut tick = tokio::time::interval_at(Instant::now() + patience, patience);
+    let (mut periods, mut looked_at) = (0, crate::clock::mono_ms());
+    loop {
+        // The tick, too, takes a last look at the exchange first.
+        let answered = tokio::select! {
+            biased;
+            result = &mut exchange => Some(result),
+            _ = &mut down => return None,
+            _ = tick.tick() => match last_look(&mut exchange).await {
+                Err(NodeCallError::Timeout) => None,
+                answer => Some(answer),
+            },
+        };
+        match answered {
+            // A refusal is an answer too: nothing was counted.
+            Some(Ok(_) | Err(NodeCallError::StaleEpoch { .. })) => {
+                entry.evidence.answered();
+                entry.link.limit.answered();
+                return None;
+            }
+            Some(Err(error)) => return failed_late(registry, entry, error).await,
+            None => {
+                periods += 1;
+                let alive = entry.evidence.answered_since(looked_at);
+                looked_at = crate::clock::mono_ms();
+                if alive && periods < CARRY_LIMIT {
+                    continue;
+                }
+                let waited = patience.as_millis() * (periods + 1) as u128;
+                let reason = format!("a press was not answered in {waited} ms");
+                if registry
+                    .mark_down_unless_last(entry, Actor::PressFailure, &reason)
+                    .await
+                {
+                    return Some(reason);
+                }
+                if periods >= CARRY_LIMIT {
+                    warn!(node = %entry.address, %reason, "the last up node holds a press too long: its gate opens");
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// A carried press failed at last: its node is marked down (unless only
+/// time ran out at the last node up). The exchange is over either way.
+async fn failed_late(
+    registry: &NodeRegistry,
+    entry: &NodeEntry,
+    error: NodeCallError,
+) -> Option<String> {
+    let reason = format!("a press failed after its timeout: {error}");
+    if !error.is_inconclusive() {
+        registry
+            .mark_down(entry, Actor::PressFailure, &reason)
+            .await;
+        return Some(reason);
+    }
+    let marked = registry.mark_down_unless_last(entry, Actor::PressFailure, &reason);
+    marked.await.then_some(reason)
 }

@@ -32,6 +32,7 @@ const IN_FLIGHT: usize = 2;
 const PLACE_ATTEMPTS: usize = 3;
 
 /// One placement of a `place.lua` batch (single Redis).
+#[derive(Clone)]
 struct PlaceRequest {
     id: String,
     base: i64,
@@ -46,6 +47,20 @@ struct PlaceRequest {
     seen: String,
 }
 
+impl PlaceRequest {
+    fn new(id: &str, base: i64, expires_at_ms: i64, stale: &str, preferred: &str) -> Self {
+        Self {
+            id: id.to_owned(),
+            base,
+            expires_at_ms,
+            stale: stale.to_owned(),
+            preferred: preferred.to_owned(),
+            unknown: String::new(),
+            seen: String::new(),
+        }
+    }
+}
+
 /// `place.lua`'s answer for one placement: `None` when no node is up.
 type PlaceAnswer = StoreResult<Option<Vec<i64>>>;
 /// The batching tasks of one store, started on first use (on the runtime
@@ -55,14 +70,18 @@ pub(super) struct Batchers {
     place: OnceLock<GroupCommit<PlaceRequest, PlaceAnswer>>,
 }
 
+/// The mapping Redis holds for a session, its node by number, and
+/// whether this placement created it.
+struct Mapped {
+    number: u64,
+    base: i64,
+    expires_at_ms: i64,
+    created: bool,
+}
+
 /// What Redis decided for one session.
 enum Decided {
-    Mapped {
-        number: u64,
-        base: i64,
-        expires_at_ms: i64,
-        created: bool,
-    },
+    Mapped(Mapped),
     NoNode,
     NotReady,
     /// The group unmapped a session since the base was folded.
@@ -91,8 +110,12 @@ impl Sessions {
         self.replicas
             .check_identity(&mapping_bucket(session_id)[..2])
             .await?;
-        // A number the standing mapping named that Redis does not know.
-        let mut unknown: Option<u64> = None;
+        let stale = stale_node.unwrap_or_default();
+        let preferred = preferred_node.unwrap_or_default();
+        let mut request = PlaceRequest {
+            seen: seen.unwrap_or_default().to_owned(),
+            ..PlaceRequest::new(session_id, base, expires_at_ms, stale, preferred)
+        };
         // Nodes a claim found closed: not chosen again by this placement. A
         // refusal uses no attempt (each one leaves one node fewer to
         // choose), and no node left is believed only after the view is read
@@ -101,27 +124,13 @@ impl Sessions {
         let mut read_again = false;
         let mut attempts = 0;
         while attempts < PLACE_ATTEMPTS {
-            let request = PlaceRequest {
-                id: session_id.to_owned(),
-                base,
-                expires_at_ms,
-                stale: stale_node.unwrap_or_default().to_owned(),
-                preferred: preferred_node.unwrap_or_default().to_owned(),
-                unknown: unknown.map(|n| n.to_string()).unwrap_or_default(),
-                seen: seen.unwrap_or_default().to_owned(),
-            };
             let decided = if self.cluster {
-                self.choose_and_claim(request, &closed).await?
+                self.choose_and_claim(request.clone(), &closed).await?
             } else {
-                self.place_at_once(request).await?
+                self.place_at_once(request.clone()).await?
             };
-            let (number, base, expires_at_ms, created) = match decided {
-                Decided::Mapped {
-                    number,
-                    base,
-                    expires_at_ms,
-                    created,
-                } => (number, base, expires_at_ms, created),
+            let mapped = match decided {
+                Decided::Mapped(mapped) => mapped,
                 Decided::NoNode if !closed.is_empty() && !read_again => {
                     self.view.invalidate();
                     read_again = true;
@@ -135,19 +144,19 @@ impl Sessions {
                     continue;
                 }
             };
-            let Some(address) = self.node_address(number).await? else {
-                unknown = Some(number);
+            let Some(address) = self.node_address(mapped.number).await? else {
+                // The standing mapping named a number Redis does not know.
+                request.unknown = mapped.number.to_string();
                 attempts += 1;
                 continue;
             };
-            return Ok(Placed::Placed(Placement {
-                mapping: Mapping {
-                    node: address.to_string(),
-                    base,
-                    expires_at_ms,
-                },
-                created,
-            }));
+            let mapping = Mapping {
+                node: address.to_string(),
+                base: mapped.base,
+                expires_at_ms: mapped.expires_at_ms,
+            };
+            let created = mapped.created;
+            return Ok(Placed::Placed(Placement { mapping, created }));
         }
         Err(mapped_to_unknown_node())
     }
@@ -170,12 +179,12 @@ impl Sessions {
             return Ok(Decided::NoNode);
         };
         match *reply.as_slice() {
-            [created, number, base, expires_at_ms] => Ok(Decided::Mapped {
+            [created, number, base, expires_at_ms] => Ok(Decided::Mapped(Mapped {
                 number: number as u64,
                 base,
                 expires_at_ms,
                 created: created == 1,
-            }),
+            })),
             [-2] => Ok(Decided::Stale),
             _ => Ok(Decided::NotReady), // the registry or the group forgot
         }
@@ -235,25 +244,7 @@ impl Sessions {
             stale => self.node_number(stale).await?,
         };
         let stale_number = request.unknown.parse::<u64>().ok().or(stale_number);
-        let bucket = mapping_bucket(&request.id);
-        let group = &bucket[..2];
-        let claimed: Vec<i64> = self
-            .scripts
-            .claim
-            .key(self.group_key(group, &["mappings", &bucket]))
-            .key(self.group_key(group, &["epoch"]))
-            .key(self.index_key(group, number))
-            .key(self.group_key(group, &["closed"]))
-            .arg(self.group_prefix(group))
-            .arg(&request.id)
-            .arg(number)
-            .arg(request.base)
-            .arg(request.expires_at_ms)
-            .arg(stale_number.map(|n| n.to_string()).unwrap_or_default())
-            .arg(&request.seen)
-            .invoke_async(&mut self.conn())
-            .await
-            .context("creating a session mapping in Redis")?;
+        let claimed = self.claim(&request, number, stale_number).await?;
         if claimed.first() == Some(&-2) {
             self.view.state.lock().await.count(&node, -1);
             return Ok(Decided::Stale);
@@ -277,12 +268,40 @@ impl Sessions {
                 self.view.state.lock().await.count(&stale_node, -1);
             }
         }
-        Ok(Decided::Mapped {
+        Ok(Decided::Mapped(Mapped {
             number: standing as u64,
             base,
             expires_at_ms,
             created,
-        })
+        }))
+    }
+
+    /// `claim.lua` in the session's group: the mapping to node `number`,
+    /// unless one stands (one to `stale` is replaced).
+    async fn claim(
+        &self,
+        request: &PlaceRequest,
+        number: u64,
+        stale: Option<u64>,
+    ) -> StoreResult<Vec<i64>> {
+        let bucket = mapping_bucket(&request.id);
+        let group = &bucket[..2];
+        self.scripts
+            .claim
+            .key(self.group_key(group, &["mappings", &bucket]))
+            .key(self.group_key(group, &["epoch"]))
+            .key(self.index_key(group, number))
+            .key(self.group_key(group, &["closed"]))
+            .arg(self.group_prefix(group))
+            .arg(&request.id)
+            .arg(number)
+            .arg(request.base)
+            .arg(request.expires_at_ms)
+            .arg(stale.map(|n| n.to_string()).unwrap_or_default())
+            .arg(&request.seen)
+            .invoke_async(&mut self.conn())
+            .await
+            .context("creating a session mapping in Redis")
     }
 }
 
