@@ -18,7 +18,8 @@
 # Knobs: ROUNDS (3), DURATION (10s), WARMUP (3s), CONNS (64), ID_POOL
 # (10000), PIN (split|none), DATABASE_URL, NC_ENV (extra VAR=value words for
 # nodes-control), NEW_SESSIONS (1: a fourth contestant, nodes-control with
-# every press a new id, and its rate beside existing sessions). Needs nginx,
+# every press a new id, and its rate beside existing sessions), NC (the
+# nodes-control binary: another build's, to compare two side by side). Needs nginx,
 # haproxy, wrk, redis-server, curl, taskset.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -33,7 +34,7 @@ for tool in nginx haproxy wrk redis-server curl taskset python3; do
   command -v "$tool" >/dev/null || { echo "missing $tool (apt-get install -y nginx haproxy wrk redis-server curl)" >&2; exit 2; }
 done
 cargo build --release -q -p nodes-control -p click-node
-NC=$PWD/target/release/nodes-control
+NC=${NC:-$PWD/target/release/nodes-control}
 NODE=$PWD/target/release/click-node
 LUA=$PWD/bench/press.lua
 WORK=$(mktemp -d /tmp/bench-press.XXXXXX)
