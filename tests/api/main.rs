@@ -20,6 +20,7 @@ mod layout;
 mod lifecycle;
 mod logs;
 mod metrics;
+mod model_scripts;
 mod node_fence;
 mod openapi;
 mod press;

@@ -15,6 +15,7 @@
 //! [`Guards`] switches each fix of the protocol on or off, so that a test
 //! shows the checker failing with the guard out, and passing with all in.
 
+pub mod actions;
 mod check;
 mod state;
 

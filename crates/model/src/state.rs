@@ -3,6 +3,8 @@
 
 use stateright::{Model, Property};
 
+use crate::actions::{self, Placed};
+
 pub const NODES: usize = 2;
 pub const REPLICAS: usize = 2;
 /// Node 0 fences: it refuses a press older than its last clean, and its
@@ -363,8 +365,9 @@ impl State {
     /// Unmaps the session if it is on `node`: it continues from its
     /// archive.
     fn unmap_if_on(&mut self, node: u8) {
-        if matches!(self.mapping, Some((n, _)) if n == node) {
-            self.mapping = None;
+        let unmapped;
+        (self.mapping, unmapped) = actions::unmap(self.mapping, node);
+        if unmapped {
             self.unmapped_at = self.version;
         }
     }
@@ -616,16 +619,21 @@ impl Model for Protocol {
                 else {
                     return None;
                 };
-                let step = match s.mapping {
-                    Some((n, b)) => Step::Send {
-                        node: n,
-                        base: b,
-                        epoch: s.epoch[n as usize],
-                        mark,
-                    },
-                    None if g.base_guard && version < s.unmapped_at => Step::Fold,
-                    None if s.down[node as usize] => return None,
-                    None => {
+                if s.mapping.is_none() && s.down[node as usize] {
+                    return None; // the script chooses among up nodes only
+                }
+                let chosen = (!s.down[node as usize]).then_some(node);
+                let placed = actions::place(
+                    s.mapping,
+                    version,
+                    s.unmapped_at,
+                    chosen,
+                    base,
+                    g.base_guard,
+                );
+                let step = match placed? {
+                    Placed::Stale => Step::Fold,
+                    Placed::Created { node, base } => {
                         s.mapping = Some((node, base));
                         Step::Send {
                             node,
@@ -634,6 +642,12 @@ impl Model for Protocol {
                             mark,
                         }
                     }
+                    Placed::Standing { node, base } => Step::Send {
+                        node,
+                        base,
+                        epoch: s.epoch[node as usize],
+                        mark,
+                    },
                 };
                 s.set_step(replica, press, Some(step));
             }

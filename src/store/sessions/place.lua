@@ -35,6 +35,12 @@ local function place(bucket, group_epoch, group, id, base, expires_at, stale, pr
   elseif stale ~= '' then
     stale_number = counter.number(stale)
   end
+  -- The node first, as a cluster's replica chooses it before claim.lua
+  -- runs: both answer as the model's Place does (model::actions::place).
+  local node = choose_node(KEYS[1], stale, preferred)
+  if not node then
+    return false
+  end
   local current = redis.call('HGET', bucket, id)
   local standing = current and unpack_mapping(current)
   if standing and standing ~= stale_number then
@@ -43,10 +49,6 @@ local function place(bucket, group_epoch, group, id, base, expires_at, stale, pr
   end
   if seen ~= '' and seen ~= unmaps_seen(group) then
     return {-2}
-  end
-  local node = choose_node(KEYS[1], stale, preferred)
-  if not node then
-    return false
   end
   local number = counter.number(node)
   if current then

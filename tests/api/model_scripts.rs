@@ -1,0 +1,178 @@
+//! Each Lua script beside its action in the model (`model::actions`): the
+//! script runs on real Redis from every state of the model's small domain
+//! (a mapping on either node or none, a fold before or after the group's
+//! last unmap, either node down), and its outcome must be the action's.
+//! `scripts/test-cluster.sh` runs the same on a cluster, where placement
+//! is `claim.lua`.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::{now_ms, spawn_app_with, start_nodes, test_config, unique};
+use model::actions::{self, Placed as Model};
+use nodes_control::store::{NodeState, Placed};
+use redis::AsyncCommands;
+
+/// The model's mapping of `id` as Redis holds it: node 0 or 1, and base.
+async fn mapping_of(app: &common::TestApp, id: &str, nodes: &[String]) -> actions::Mapping {
+    let mapping = app.ctx.store.sessions.lookup(id).await.unwrap()?;
+    let node = nodes.iter().position(|n| *n == mapping.node).unwrap() as u8;
+    Some((node, mapping.base as u8))
+}
+
+/// An unmap in the session's group by another operation: what makes a
+/// base folded before it stale.
+async fn unmap_in_group(app: &common::TestApp, id: &str) {
+    let group = &sha1_smol::Sha1::from(id).digest().to_string()[..2];
+    let key = app.ctx.store.sessions.group_key(group, &["unmaps"]);
+    let url = &app.config.redis_url;
+    if url.starts_with("redis+cluster") {
+        let client = redis::cluster::ClusterClient::new(vec![cluster_seed(url)]).unwrap();
+        let mut conn = client.get_async_connection().await.unwrap();
+        let _: i64 = conn.incr(&key, 1).await.unwrap();
+    } else {
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let _: i64 = conn.incr(&key, 1).await.unwrap();
+    }
+}
+
+fn cluster_seed(url: &str) -> String {
+    let first = url.trim_start_matches("redis+cluster://").split(',').next();
+    format!("redis://{}", first.unwrap())
+}
+
+/// The test sets the nodes' states itself: no health check brings a node
+/// it took down back up meanwhile.
+async fn without_health_checks() -> common::TestApp {
+    let mut config = test_config();
+    config.health_check_interval_ms = 3_600_000;
+    spawn_app_with(config).await
+}
+
+async fn set_up(app: &common::TestApp, nodes: &[String], up: [bool; 2]) {
+    for (node, up) in nodes.iter().zip(up) {
+        let state = if up { NodeState::Up } else { NodeState::Down };
+        app.ctx
+            .store
+            .nodes
+            .set_node_state(node, state, &[])
+            .await
+            .unwrap();
+        if up {
+            app.ctx
+                .store
+                .sessions
+                .open_to_new_sessions(node)
+                .await
+                .unwrap();
+        }
+    }
+    // A cluster places from a view at most 50 ms old.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+#[tokio::test]
+async fn place_lua_decides_as_the_model_s_place_action_in_every_state() {
+    let app = without_health_checks().await;
+    let started = start_nodes(&app, 2, false).await;
+    let nodes: Vec<String> = started.iter().map(|n| n.address.clone()).collect();
+    let store = &app.ctx.store;
+    let expires = now_ms() + 60_000;
+    let mut checked = 0;
+    for standing in [None, Some(0u8), Some(1)] {
+        for stale in [false, true] {
+            for up in [[true, true], [true, false], [false, true], [false, false]] {
+                let id = unique("model-place");
+                set_up(&app, &nodes, [true, true]).await;
+                if let Some(node) = standing {
+                    let first = store.sessions.place(
+                        &id,
+                        7,
+                        expires,
+                        None,
+                        Some(&nodes[node as usize]),
+                        None,
+                    );
+                    assert!(matches!(first.await.unwrap(), Placed::Placed(p) if p.created));
+                }
+                let mapping = mapping_of(&app, &id, &nodes).await;
+                assert_eq!(mapping.map(|m| m.0), standing);
+                let seen = store.sessions.unmaps_seen(&id).await.unwrap();
+                if stale {
+                    unmap_in_group(&app, &id).await;
+                }
+                set_up(&app, &nodes, up).await;
+                let placed = store
+                    .sessions
+                    .place(&id, 3, expires, None, None, Some(&seen));
+                let case = format!("mapping {mapping:?}, stale {stale}, up {up:?}");
+                let script = match placed.await.unwrap() {
+                    Placed::Placed(p) => {
+                        let node = nodes.iter().position(|n| *n == p.mapping.node).unwrap() as u8;
+                        let base = p.mapping.base as u8;
+                        if p.created {
+                            assert!(up[node as usize], "{case}: placed on a down node");
+                            Some(Model::Created { node, base })
+                        } else {
+                            Some(Model::Standing { node, base })
+                        }
+                    }
+                    Placed::Stale => Some(Model::Stale),
+                    Placed::NoNode => None,
+                    other => panic!("{case}: {other:?}"),
+                };
+                // The model chooses any up node; the script one of them.
+                let chosen = match script {
+                    Some(Model::Created { node, .. }) => Some(node),
+                    _ => up.iter().position(|u| *u).map(|n| n as u8),
+                };
+                let model = actions::place(mapping, 0, u8::from(stale), chosen, 3, true);
+                assert_eq!(script, model, "{case}");
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 24);
+}
+
+#[tokio::test]
+async fn unmap_lua_decides_as_the_model_s_unmap_in_every_state() {
+    let app = without_health_checks().await;
+    let started = start_nodes(&app, 2, false).await;
+    let nodes: Vec<String> = started.iter().map(|n| n.address.clone()).collect();
+    let store = &app.ctx.store;
+    let expires = now_ms() + 60_000;
+    for standing in [None, Some(0u8), Some(1)] {
+        for target in [0u8, 1] {
+            set_up(&app, &nodes, [true, true]).await;
+            let id = unique("model-unmap");
+            if let Some(node) = standing {
+                let first =
+                    store
+                        .sessions
+                        .place(&id, 5, expires, None, Some(&nodes[node as usize]), None);
+                assert!(matches!(first.await.unwrap(), Placed::Placed(p) if p.created));
+            }
+            let before = mapping_of(&app, &id, &nodes).await;
+            let seen = store.sessions.unmaps_seen(&id).await.unwrap();
+            let node = nodes[target as usize].clone();
+            common::under_node_lock(store, &node, |lock| async move {
+                store
+                    .sessions
+                    .unmap_node(lock.lock(), lock.node())
+                    .await
+                    .unwrap()
+            })
+            .await;
+            let after = mapping_of(&app, &id, &nodes).await;
+            let counted = store.sessions.unmaps_seen(&id).await.unwrap() != seen;
+            assert_eq!(
+                (after, counted),
+                actions::unmap(before, target),
+                "mapping {before:?}, unmap of node {target}"
+            );
+        }
+    }
+}
