@@ -97,7 +97,8 @@ impl SessionService {
     /// `Settle`) and start anew.
     async fn expire(&self, round: &mut Round<'_>, current: &Mapping) -> Result<(), PressError> {
         let now = self.clock.now_ms();
-        match self.sweeper.sweep_node(&current.node, round.id, now).await {
+        // Boxed, as every rare step here: the press's future stays small.
+        match Box::pin(self.sweeper.sweep_node(&current.node, round.id, now)).await {
             Ok(()) => {}
             // The node died under the clean: the cleaner declared it down
             // and moved its sessions off under the clean's fence, so this
@@ -121,7 +122,7 @@ impl SessionService {
         match self.entry(&current.node).await? {
             Some(entry) if entry.serves_presses() => Ok(Some(entry)),
             Some(entry) => {
-                self.fail_over(&entry, round.id, round.deadline).await?;
+                Box::pin(self.fail_over(&entry, round.id, round.deadline)).await?;
                 round.failed_over = true;
                 self.reread(round).await?;
                 Ok(None)
@@ -210,7 +211,7 @@ impl SessionService {
                 metrics::counter!("nodes_control_presses_refused_total").increment(1);
                 debug!(node = %entry.address, session = %logged(id), fence, "press refused under an older fencing epoch");
                 self.cache.forget(id);
-                self.learn_after_refusal(&entry, fence).await?;
+                Box::pin(self.learn_after_refusal(&entry, fence)).await?;
                 self.reread(round).await?;
                 return Ok(Next::Again);
             }
@@ -221,7 +222,7 @@ impl SessionService {
             }
             Attempt::Spared { error, why } => return requeue(round, &entry, current, error, why),
             Attempt::Failed(error, held) => {
-                self.failed(&entry, id, error, &mut round.failed).await?;
+                Box::pin(self.failed(&entry, id, error, &mut round.failed)).await?;
                 held
             }
         };
@@ -229,7 +230,7 @@ impl SessionService {
         // press goes round again (`Timer { failed }`, then `Lookup`).
         drop(held);
         self.cache.forget(id);
-        self.fail_over(&entry, id, round.deadline).await?;
+        Box::pin(self.fail_over(&entry, id, round.deadline)).await?;
         round.failed_over = true;
         self.reread(round).await?;
         Ok(Next::Again)
