@@ -916,3 +916,89 @@ async fn a_replica_resumed_past_a_press_timeout_reads_the_answer_waiting_for_it(
         assert_eq!(node["state"], "up", "{nodes_now:?}");
     }
 }
+
+/// A replica paused past its lease with a press at a stopped node, while
+/// the other replica fails that node over and the session goes on
+/// elsewhere. When both resume, the node counts the old press and its
+/// answer waits in the paused replica's socket: shown, it would be a count
+/// the session's new node shows again (the model's `lease_voids_answers`).
+/// It is answered 504 `replica_paused`, and no 200 since the failover
+/// repeats another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_read_after_a_lease_lapse_is_not_shown_when_the_session_moved_meanwhile() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let prefix = format!("{}:", unique("lapsed"));
+    let env = [
+        ("REDIS_KEY_PREFIX", prefix.as_str()),
+        ("NODE_TIMEOUT_MS", "500"),
+        ("LEASE_MS", "1000"),
+    ];
+    let paused = common::process::BalancerProcess::start(&env, std::process::Stdio::null()).await;
+    let other = common::process::BalancerProcess::start(&env, std::process::Stdio::null()).await;
+    let nodes = [
+        NodeProcess::start("l1", &database_url()),
+        NodeProcess::start("l2", &database_url()),
+    ];
+    for node in &nodes {
+        paused.node("add", &node.address).await;
+    }
+    let session = unique("lapsed");
+    let first = paused.press(&session).await;
+    assert_eq!(first.status(), 200);
+    let served_by = first.headers()["x-served-by"].to_str().unwrap().to_owned();
+    let node = nodes.iter().find(|n| n.name == served_by).unwrap();
+    node.pause();
+    let late = tokio::spawn({
+        let (http, url, session) = (paused.http().clone(), paused.url.clone(), session.clone());
+        async move {
+            let answer = http
+                .post(format!("{url}/press"))
+                .json(&serde_json::json!({ "session_id": session }))
+                .send()
+                .await
+                .unwrap();
+            (answer.status(), answer.text().await.unwrap())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    paused.pause();
+    // The other replica finds the node silent, fails it over, and the
+    // session goes on from its archive on the other node.
+    let mut shown = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let answer = other.press(&session).await;
+        if answer.status() == 200 {
+            let body = answer.text().await.unwrap();
+            shown.push(testkit::parse_clicks(&body).unwrap());
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never served elsewhere"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    node.resume();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    paused.resume();
+    let (status, body) = late.await.unwrap();
+    if status == 200 {
+        shown.push(testkit::parse_clicks(&body).unwrap());
+    }
+    for _ in 0..3 {
+        let answer = other.press(&session).await;
+        assert_eq!(answer.status(), 200);
+        shown.push(testkit::parse_clicks(&answer.text().await.unwrap()).unwrap());
+    }
+    let mut distinct = shown.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(
+        distinct.len(),
+        shown.len(),
+        "an answer since the failover repeats: {shown:?}"
+    );
+    assert_eq!(status, 504, "{body}");
+    assert!(body.contains("replica_paused"), "{body}");
+}

@@ -32,6 +32,10 @@ pub struct Guards {
     /// holds it) and nothing is read from it until the registry is rebuilt
     /// (hole 1).
     pub identity_check: bool,
+    /// A press sent before its replica's lease lapsed is answered 504 when
+    /// its answer comes: a fence of its node may have gone by without the
+    /// replica, and the session moved on (a failover while it was paused).
+    pub lease_voids_answers: bool,
 }
 
 impl Guards {
@@ -42,6 +46,7 @@ impl Guards {
         answer_before_timer: true,
         base_guard: true,
         identity_check: true,
+        lease_voids_answers: true,
     };
 
     /// The protocol as the code had it at 0.1.0.
@@ -51,6 +56,7 @@ impl Guards {
         answer_before_timer: false,
         base_guard: false,
         identity_check: false,
+        lease_voids_answers: false,
     };
 }
 
@@ -70,6 +76,11 @@ pub struct Protocol {
     pub restarts: u8,
     /// How many times Redis may come back on its last snapshot.
     pub rollbacks: u8,
+    /// How many replicas may be killed (their presses' clients see the
+    /// connection reset) or lose their lease while paused (the fences of
+    /// fencing nodes stop waiting for them; they resume later).
+    pub crashes: u8,
+    pub lapses: u8,
 }
 
 /// What Redis holds of the session and the nodes' fencing epochs: what an
@@ -124,7 +135,9 @@ pub enum Step {
         mark: u8,
     },
     /// Sent; waiting for the node's answer or the timer.
-    Waiting { node: u8, base: u8 },
+    /// `lapses`: the replica's lease lapses when it was sent (`u8::MAX`:
+    /// sent while lapsed).
+    Waiting { node: u8, base: u8, lapses: u8 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -147,6 +160,8 @@ pub struct Replica {
     /// ...and the mark at which each node's gate last opened: a press that
     /// read its mapping before reads it again (`cleaned_since`).
     pub cleaned_at: [u8; NODES],
+    /// How often its lease lapsed (`Lease::lapses`).
+    pub lapses: u8,
 }
 
 /// A message between a replica (or the cleaner) and a node.
@@ -236,6 +251,12 @@ pub struct State {
     pub acked: [bool; REPLICAS],
     pub cleaner: Cleaner,
     pub cleans: u8,
+    /// Replicas killed (for good), and replicas whose lease ran out while
+    /// they were paused (until their next heartbeat).
+    pub dead: [bool; REPLICAS],
+    pub lapsed: [bool; REPLICAS],
+    pub crashes: u8,
+    pub lapses: u8,
     // The client, and what the checker knows.
     pub presses: Vec<Press>,
     /// Clicks counted by nodes (the client's presses that counted).
@@ -291,6 +312,17 @@ pub enum Action {
     /// A node restarts (kill -9 and start): its counts are gone, and the
     /// fencing node's floor with them.
     NodeRestarts { node: u8 },
+    /// A replica is killed (kill -9): its presses end unanswered (their
+    /// clients see the connection reset), its gates go with it; what it
+    /// sent is still on the wire. The fence stops waiting for it.
+    ReplicaDies { replica: u8 },
+    /// A paused replica's lease runs out: fences of fencing nodes stop
+    /// waiting for its acknowledgement (`FenceWatcher`; nodes that do not
+    /// fence wait it out, a question of time the model leaves to them).
+    LeaseLapses { replica: u8 },
+    /// The replica resumes and beats again (`heartbeat`): fences wait for
+    /// it again.
+    Heartbeat { replica: u8 },
     /// Redis writes a snapshot (`BGSAVE`, or its `save` rules).
     RedisSaves,
     /// Redis comes back on its snapshot (restarted from its RDB, or a
@@ -436,6 +468,10 @@ impl Model for Protocol {
             acked: [false; REPLICAS],
             cleaner: Cleaner::Idle,
             cleans: 0,
+            dead: [false; REPLICAS],
+            lapsed: [false; REPLICAS],
+            crashes: 0,
+            lapses: 0,
             presses: Vec::new(),
             truth: 0,
             taken_down_answering: false,
@@ -448,11 +484,30 @@ impl Model for Protocol {
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
         if (s.presses.len() as u8) < self.presses && s.outstanding() < self.outstanding {
             for replica in 0..REPLICAS as u8 {
-                actions.push(Action::ClientPress { replica });
+                if !s.dead[replica as usize] {
+                    actions.push(Action::ClientPress { replica });
+                }
             }
         }
         for (r, replica) in s.replicas.iter().enumerate() {
             let replica_id = r as u8;
+            if s.dead[r] {
+                continue;
+            }
+            if s.crashes < self.crashes {
+                actions.push(Action::ReplicaDies {
+                    replica: replica_id,
+                });
+            }
+            if s.lapsed[r] {
+                actions.push(Action::Heartbeat {
+                    replica: replica_id,
+                });
+            } else if s.lapses < self.lapses {
+                actions.push(Action::LeaseLapses {
+                    replica: replica_id,
+                });
+            }
             for work in &replica.work {
                 let press = work.press;
                 match work.step {
@@ -533,8 +588,10 @@ impl Model for Protocol {
                     }
                 }
             }
-            Cleaner::Fenced { .. } => {
-                if s.acked.iter().all(|a| *a) {
+            Cleaner::Fenced { node, .. } => {
+                let waited = (0..REPLICAS)
+                    .all(|r| s.acked[r] || s.dead[r] || (s.lapsed[r] && node as usize == FENCING));
+                if waited {
                     actions.push(Action::CleanNode);
                 }
             }
@@ -678,16 +735,29 @@ impl Model for Protocol {
                     node,
                     epoch,
                 });
-                s.set_step(replica, press, Some(Step::Waiting { node, base }));
+                // Sent while its lease had lapsed: void from the start.
+                let lapses = match s.lapsed[replica as usize] {
+                    true => u8::MAX,
+                    false => s.replicas[replica as usize].lapses,
+                };
+                s.set_step(replica, press, Some(Step::Waiting { node, base, lapses }));
             }
             Action::ReadAnswer { replica, press } => {
-                let Some(Step::Waiting { node, base }) = s.work(replica, press) else {
+                let Some(Step::Waiting { node, base, lapses }) = s.work(replica, press) else {
                     return None;
                 };
                 let msg = s.reply_for(replica, press)?;
                 s.net.retain(|m| *m != msg);
-                s.replicas[replica as usize].in_gate[node as usize] -= 1;
+                let r = replica as usize;
+                s.replicas[r].in_gate[node as usize] -= 1;
+                // Its lease lapsed since the press went out: a fence may
+                // have gone by without it, the session moved on; the
+                // count is no longer the session's to show.
+                let voided = s.lapsed[r] || s.replicas[r].lapses != lapses;
                 match msg {
+                    Msg::Reply { count: Some(_), .. } if g.lease_voids_answers && voided => {
+                        s.answer(replica, press, Answer::Unknown)
+                    }
                     Msg::Reply {
                         count: Some(count), ..
                     } => {
@@ -744,12 +814,14 @@ impl Model for Protocol {
                             s.presses[press as usize].era = s.failovers + s.restarts;
                             Some(s.count[n])
                         };
-                        s.send(Msg::Reply {
-                            press,
-                            replica,
-                            node,
-                            count,
-                        });
+                        if !s.dead[replica as usize] {
+                            s.send(Msg::Reply {
+                                press,
+                                replica,
+                                node,
+                                count,
+                            });
+                        }
                     }
                     Msg::Clean {
                         node,
@@ -833,6 +905,36 @@ impl Model for Protocol {
                 }
                 s.restarts += 1;
             }
+            Action::ReplicaDies { replica } => {
+                let r = replica as usize;
+                for work in std::mem::take(&mut s.replicas[r].work) {
+                    s.presses[work.press as usize].answer = Some(Answer::Unknown);
+                }
+                s.replicas[r] = Replica::default();
+                s.net
+                    .retain(|m| !matches!(m, Msg::Reply { replica: to, .. } if *to == replica));
+                s.dead[r] = true;
+                s.crashes += 1;
+            }
+            Action::LeaseLapses { replica } => {
+                s.lapsed[replica as usize] = true;
+                s.replicas[replica as usize].lapses += 1;
+                s.lapses += 1;
+            }
+            Action::Heartbeat { replica } => {
+                // `FenceWatcher::poll_once` after a lapse: every mapping
+                // read before is void (`NodeTable::cleaned_all`).
+                // And every fence up now is honoured: its gate closes
+                // (new presses wait; those in flight go on).
+                let fence = s.fence;
+                let r = &mut s.replicas[replica as usize];
+                r.mark += 1;
+                r.cleaned_at = [r.mark; NODES];
+                for (closed, fenced) in r.gate_closed.iter_mut().zip(fence) {
+                    *closed |= fenced;
+                }
+                s.lapsed[replica as usize] = false;
+            }
             Action::RedisSaves => s.snapshot = Some(s.redis()),
             Action::RedisRollsBack => {
                 let Snapshot {
@@ -890,6 +992,10 @@ impl Model for Protocol {
                     shown.windows(2).all(|w| w[0] != w[1])
                 },
             ),
+            Property::always(
+                "an answer skips only clicks whose outcome was not shown",
+                |_, s: &State| no_unexplained_gap(s),
+            ),
             Property::always("no answer is above the truth", |_, s: &State| {
                 !s.answered_above_truth
             }),
@@ -909,6 +1015,35 @@ fn counted_answers(s: &State) -> Vec<(u8, u8)> {
             _ => None,
         })
         .collect()
+}
+
+/// Per era, consecutive 200 answers are one apart but for the presses of
+/// that era counted and not answered 200 (504s, and those not answered
+/// yet): each 200 answer is the previous one + 1 + those.
+fn no_unexplained_gap(s: &State) -> bool {
+    let answers = counted_answers(s);
+    let eras: std::collections::BTreeSet<u8> = answers.iter().map(|(era, _)| *era).collect();
+    eras.into_iter().all(|era| {
+        let shown = sorted(
+            answers
+                .iter()
+                .filter(|(e, _)| *e == era)
+                .map(|(_, v)| *v)
+                .collect(),
+        );
+        let skipped: u32 = shown
+            .windows(2)
+            .map(|w| u32::from(w[1] - w[0]).saturating_sub(1))
+            .sum();
+        let unshown = s
+            .presses
+            .iter()
+            .filter(|p| {
+                p.era == era && p.counted > 0 && !matches!(p.answer, Some(Answer::Counted(_)))
+            })
+            .count() as u32;
+        skipped <= unshown
+    })
 }
 
 /// Every token not settled is revoked: what the node archives with it

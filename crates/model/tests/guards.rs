@@ -16,6 +16,8 @@ fn bounds(guards: Guards, presses: u8) -> Protocol {
         cleans: 1,
         restarts: 1,
         rollbacks: 0,
+        crashes: 0,
+        lapses: 0,
     }
 }
 
@@ -35,6 +37,17 @@ fn with_a_rollback(guards: Guards, presses: u8) -> Protocol {
         cleans: 0,
         restarts: 0,
         rollbacks: 1,
+        ..bounds(guards, presses)
+    }
+}
+
+/// A replica killed with its presses under way, and one whose lease runs
+/// out while it is paused: no rollback, no restart.
+fn with_replicas_lost(guards: Guards, presses: u8) -> Protocol {
+    Protocol {
+        restarts: 0,
+        crashes: 1,
+        lapses: 1,
         ..bounds(guards, presses)
     }
 }
@@ -59,6 +72,29 @@ fn every_property_holds_with_every_guard_in_when_redis_comes_back_on_a_snapshot(
     let report = check(with_a_rollback(Guards::ALL, 2));
     assert!(report.passed(), "{:#?}", report.counterexamples);
     assert!(report.states > 100_000, "{} states", report.states);
+}
+
+#[test]
+fn every_property_holds_with_every_guard_in_when_a_replica_dies_or_its_lease_lapses() {
+    let report = check(with_replicas_lost(Guards::ALL, 2));
+    assert!(report.passed(), "{:#?}", report.counterexamples);
+    assert!(report.states > 100_000, "{} states", report.states);
+}
+
+#[test]
+fn an_answer_read_after_a_lease_lapse_repeats_one_shown_since_a_failover() {
+    let report = check(with_replicas_lost(
+        Guards {
+            lease_voids_answers: false,
+            ..Guards::ALL
+        },
+        2,
+    ));
+    assert!(
+        broken(&report).contains(&"no answer repeats another but for a failover or a restart"),
+        "{:?}",
+        broken(&report)
+    );
 }
 
 #[test]
@@ -134,5 +170,5 @@ fn a_placement_on_a_base_folded_before_the_last_unmap_repeats_an_answer() {
 #[test]
 fn the_code_of_0_1_0_breaks_every_property() {
     let report = check(bounds(Guards::NONE, 2));
-    assert_eq!(broken(&report).len(), 5, "{:?}", broken(&report));
+    assert_eq!(broken(&report).len(), 6, "{:?}", broken(&report));
 }

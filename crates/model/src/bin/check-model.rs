@@ -1,5 +1,5 @@
 //! `cargo run -p model --release --bin check-model [presses cleans restarts
-//! rollbacks]` (3 1 1 0 by default): checks the protocol
+//! rollbacks crashes lapses]` (3 1 1 0 0 0 by default): checks the protocol
 //! with every guard in, then with each guard taken out, and prints what
 //! each check found: its states, and the shortest trace that breaks each
 //! property broken.
@@ -45,6 +45,13 @@ fn main() {
                 ..all
             },
         ),
+        (
+            "without lease_voids_answers",
+            Guards {
+                lease_voids_answers: false,
+                ..all
+            },
+        ),
         ("0.1.0 (no guard)", Guards::NONE),
     ];
     let arg = |n: usize, default: u8| {
@@ -53,7 +60,8 @@ fn main() {
             .and_then(|a| a.parse().ok())
             .unwrap_or(default)
     };
-    let (presses, cleans, restarts, rollbacks) = (arg(1, 3), arg(2, 1), arg(3, 1), arg(4, 0));
+    let (presses, cleans, restarts) = (arg(1, 3), arg(2, 1), arg(3, 1));
+    let (rollbacks, crashes, lapses) = (arg(4, 0), arg(5, 0), arg(6, 0));
     for (name, guards) in runs {
         let started = std::time::Instant::now();
         let report = check(Protocol {
@@ -63,6 +71,8 @@ fn main() {
             cleans,
             restarts,
             rollbacks,
+            crashes,
+            lapses,
         });
         println!(
             "{name}: {} states in {:.1?}",
