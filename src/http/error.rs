@@ -180,17 +180,10 @@ impl From<PressError> for ApiError {
                     ),
                 }
             }
-            PressError::LeaseLapsed { node } => {
-                tracing::warn!(%node, "press counted while this replica's lease had lapsed");
-                ApiError::OutcomeUnknown {
-                    code: "replica_paused",
-                    message: "this balancer replica was paused past its lease while the node had the press; it was counted, and the next answer shows where the session stands".to_owned(),
-                }
-            }
             PressError::Rebuilding => rebuilding(),
             PressError::NotFollowingFences => ApiError::unavailable(
                 "replica_not_ready",
-                "this balancer replica is not following the clean fences right now (restarting a task, or out of touch with Redis past its lease); nothing was counted; try again",
+                "this balancer replica is restarting an internal task; try again",
             ),
             PressError::Deadline => {
                 tracing::error!("press did not complete within its deadline");

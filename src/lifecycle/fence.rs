@@ -38,8 +38,6 @@ pub struct Lease {
     /// plus one (0: never).
     renewed: std::sync::atomic::AtomicU64,
     length: Duration,
-    /// How often it was found lapsed when renewed.
-    lapses: std::sync::atomic::AtomicU64,
 }
 
 impl Lease {
@@ -48,24 +46,7 @@ impl Lease {
             origin: std::time::Instant::now(),
             renewed: std::sync::atomic::AtomicU64::new(0),
             length,
-            lapses: std::sync::atomic::AtomicU64::new(0),
         }
-    }
-
-    /// Where the lease stands when a press goes out: `None` if it is not
-    /// fresh now.
-    pub fn stamp(&self) -> Option<u64> {
-        let lapses = self.lapses.load(std::sync::atomic::Ordering::Acquire);
-        self.is_fresh().then_some(lapses)
-    }
-
-    /// Whether the lease held without a break since `stamp`: fresh then
-    /// and now, and never found lapsed in between. A press's answer read
-    /// after a break is not shown (the model's `lease_voids_answers`): a
-    /// fence of its node may have gone by without this replica, and its
-    /// session moved on.
-    pub fn held_since(&self, stamp: Option<u64>) -> bool {
-        self.stamp().is_some_and(|now| Some(now) == stamp)
     }
 
     /// Renews from a contact that started at `sent`.
@@ -178,9 +159,6 @@ impl FenceWatcher {
         // trusted again.
         if self.lease.lapsed_at(sent) {
             self.table.cleaned_all();
-            self.lease
-                .lapses
-                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         }
         // Every fence raised before `sent` is being honoured now.
         self.lease.renew(sent);

@@ -38,12 +38,6 @@ pub enum PressError {
         #[source]
         source: NodeCallError,
     },
-    /// The node counted the press, but this replica's lease lapsed (it was
-    /// paused or cut off) while the press was out: a fence of the node may
-    /// have gone by without it and the session moved on, so the count is
-    /// not shown (504).
-    #[error("node {node} counted the press while this replica's lease had lapsed")]
-    LeaseLapsed { node: String },
     #[error("the registry is being rebuilt after Redis lost its data")]
     Rebuilding,
     #[error("the press did not complete within its deadline")]

@@ -36,11 +36,6 @@ const CARRY_LIMIT: u32 = 10;
 /// What happened to one attempt at a node.
 pub(super) enum Attempt {
     Served(i64),
-    /// The node counted it, but this replica's lease lapsed while the
-    /// press was out: the count is not shown (504).
-    Voided,
-    /// Not sent: this replica's lease has lapsed (503).
-    Unfenced,
     /// The node was declared down before the press was sent (`sent`
     /// false: nothing was counted), or while it was at the node.
     Abandoned {
@@ -83,11 +78,6 @@ impl SessionService {
             return Attempt::Abandoned { sent: false, held };
         }
         let epoch = entry.fences().then_some(fence_epoch);
-        // A replica that knows its lease lapsed (paused, or cut off from
-        // the fence channel) sends nothing until it is renewed.
-        let Some(lease) = self.cache.lease().stamp() else {
-            return Attempt::Unfenced;
-        };
         let sent = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut exchange = match self.client().press(&entry.link, id, epoch, sent.clone()) {
             Ok(exchange) => exchange,
@@ -112,10 +102,7 @@ impl SessionService {
                 entry.link.metrics.served();
                 entry.evidence.answered();
                 entry.link.limit.answered();
-                match self.cache.lease().held_since(Some(lease)) {
-                    true => Attempt::Served(count),
-                    false => Attempt::Voided,
-                }
+                Attempt::Served(count)
             }
             // The node is well and counted nothing.
             Err(NodeCallError::StaleEpoch { fence }) => {

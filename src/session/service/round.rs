@@ -198,12 +198,6 @@ impl SessionService {
                     node: entry,
                 }));
             }
-            Attempt::Unfenced => return Err(PressError::NotFollowingFences),
-            Attempt::Voided => {
-                warn!(node = %entry.address, session = %logged(id), "press answered after this replica's lease lapsed; its count is not shown");
-                let node = entry.address.clone();
-                return Err(PressError::LeaseLapsed { node });
-            }
             Attempt::Abandoned { sent: false, held } => {
                 debug!(node = %entry.address, session = %logged(id), "press not sent: node declared down");
                 held
