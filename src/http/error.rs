@@ -180,6 +180,13 @@ impl From<PressError> for ApiError {
                     ),
                 }
             }
+            PressError::FailedOverMeanwhile { node } => {
+                tracing::warn!(%node, "press counted by a node failed over while this replica was silent");
+                ApiError::OutcomeUnknown {
+                    code: "replica_paused",
+                    message: "this balancer replica was paused (or out of touch with Redis) while the node had the press, and the node was failed over meanwhile; the next answer shows where the session stands".to_owned(),
+                }
+            }
             PressError::Rebuilding => rebuilding(),
             PressError::NotFollowingFences => ApiError::unavailable(
                 "replica_not_ready",

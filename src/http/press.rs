@@ -187,7 +187,7 @@ pub async fn press_session(ctx: &Services, session_id: IdField) -> Result<Served
         (status = 413, description = "`payload_too_large`: more than 4096 bytes", body = ErrorBody),
         (status = 415, description = "`unsupported_media_type`: not `application/json` in UTF-8", body = ErrorBody),
         (status = 503, description = "`no_node_available`, `nodes_failed`, `redis_unavailable`, `archive_unavailable`, `clean_failed`, `node_busy` (the node's queue stayed full), `failover_incomplete`, `registry_rebuilding`, `replica_not_ready`, `press_timeout`: nothing was counted. Every 503 carries `Retry-After`", body = ErrorBody),
-        (status = 504, description = "The node took the press and its outcome is unknown (it may have counted it; the next 200 shows it; never tried elsewhere): `node_timeout` (no answer within `NODE_TIMEOUT_MS`), `node_unavailable` (a gateway in front of it answered 502 or 503), `node_failed` (the connection failed, or the node was declared down, after the press was sent). `request_timeout`: past `REQUEST_TIMEOUT_MS`", body = ErrorBody),
+        (status = 504, description = "The node took the press and its outcome is unknown (it may have counted it; the next 200 shows it; never tried elsewhere): `node_timeout` (no answer within `NODE_TIMEOUT_MS`), `node_unavailable` (a gateway in front of it answered 502 or 503), `node_failed` (the connection failed, or the node was declared down, after the press was sent), `replica_paused` (the node counted it, but this replica was silent meanwhile and the node was failed over: the count is not shown). `request_timeout`: past `REQUEST_TIMEOUT_MS`", body = ErrorBody),
     )
 )]
 pub async fn press(

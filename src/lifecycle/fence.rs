@@ -19,6 +19,7 @@ use tokio::sync::{oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use super::cleaner::FENCING_SILENCE;
 use crate::nodes::NodeTable;
 use crate::store::{FenceReason, Fences, NodeState, Nodes, Replicas, Store, StoreResult};
 
@@ -38,7 +39,15 @@ pub struct Lease {
     /// plus one (0: never).
     renewed: std::sync::atomic::AtomicU64,
     length: Duration,
+    /// How often this replica was out of touch with the fence channel for
+    /// longer than a fencing clean waits for a silent replica.
+    gaps: std::sync::atomic::AtomicU64,
 }
+
+/// This replica's contact with the fence channel when a press went out
+/// ([`Lease::contact`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Contact(u64);
 
 impl Lease {
     pub fn new(length: Duration) -> Self {
@@ -46,14 +55,36 @@ impl Lease {
             origin: std::time::Instant::now(),
             renewed: std::sync::atomic::AtomicU64::new(0),
             length,
+            gaps: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Where the contact stands when a press goes out.
+    pub fn contact(&self) -> Contact {
+        Contact(self.gaps.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    /// Whether this replica stayed in touch with the fence channel since
+    /// `contact`: no silence longer than a fencing clean waits for
+    /// (`FENCING_SILENCE`), then or now. After one, a clean of the press's
+    /// node may have gone by without this replica (the model's
+    /// `lease_voids_answers`).
+    pub fn unbroken_since(&self, contact: Contact) -> bool {
+        let renewed = self.renewed.load(std::sync::atomic::Ordering::Acquire);
+        let now = self.origin.elapsed().as_millis() as u64 + 1;
+        let silent = now.saturating_sub(renewed) > FENCING_SILENCE.as_millis() as u64;
+        renewed != 0 && !silent && self.contact().0 == contact.0
     }
 
     /// Renews from a contact that started at `sent`.
     fn renew(&self, sent: std::time::Instant) {
         let at = sent.duration_since(self.origin).as_millis() as u64 + 1;
-        self.renewed
+        let before = self
+            .renewed
             .fetch_max(at, std::sync::atomic::Ordering::AcqRel);
+        if before != 0 && at.saturating_sub(before) > FENCING_SILENCE.as_millis() as u64 {
+            self.gaps.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
     }
 
     /// Whether the lease had run out by `sent` (or was never renewed): a

@@ -41,6 +41,11 @@ impl MappingCache {
         }
     }
 
+    /// This replica's lease, whose contact presses stamp.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
     /// The cached mapping of `id` and the clean mark it was read at, if the lease
     /// is fresh and the session has not expired. The caller still checks
     /// that its node was not cleaned since that mark.

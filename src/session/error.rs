@@ -38,6 +38,11 @@ pub enum PressError {
         #[source]
         source: NodeCallError,
     },
+    /// The node counted the press, but this replica was out of touch with
+    /// the fence channel meanwhile and the node was failed over: the
+    /// session may have moved on, so the count is not shown (504).
+    #[error("node {node} counted the press but was failed over while this replica was silent")]
+    FailedOverMeanwhile { node: String },
     #[error("the registry is being rebuilt after Redis lost its data")]
     Rebuilding,
     #[error("the press did not complete within its deadline")]

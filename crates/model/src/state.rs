@@ -137,7 +137,12 @@ pub enum Step {
     /// Sent; waiting for the node's answer or the timer.
     /// `lapses`: the replica's lease lapses when it was sent (`u8::MAX`:
     /// sent while lapsed).
-    Waiting { node: u8, base: u8, lapses: u8 },
+    Waiting {
+        node: u8,
+        base: u8,
+        lapses: u8,
+        epoch: u8,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -740,10 +745,22 @@ impl Model for Protocol {
                     true => u8::MAX,
                     false => s.replicas[replica as usize].lapses,
                 };
-                s.set_step(replica, press, Some(Step::Waiting { node, base, lapses }));
+                let waiting = Step::Waiting {
+                    node,
+                    base,
+                    lapses,
+                    epoch,
+                };
+                s.set_step(replica, press, Some(waiting));
             }
             Action::ReadAnswer { replica, press } => {
-                let Some(Step::Waiting { node, base, lapses }) = s.work(replica, press) else {
+                let Some(Step::Waiting {
+                    node,
+                    base,
+                    lapses,
+                    epoch,
+                }) = s.work(replica, press)
+                else {
                     return None;
                 };
                 let msg = s.reply_for(replica, press)?;
@@ -755,7 +772,11 @@ impl Model for Protocol {
                 // count is no longer the session's to show.
                 let voided = s.lapsed[r] || s.replicas[r].lapses != lapses;
                 match msg {
-                    Msg::Reply { count: Some(_), .. } if g.lease_voids_answers && voided => {
+                    Msg::Reply { count: Some(_), .. }
+                        if g.lease_voids_answers
+                            && voided
+                            && (s.down[node as usize] || s.epoch[node as usize] != epoch) =>
+                    {
                         s.answer(replica, press, Answer::Unknown)
                     }
                     Msg::Reply {

@@ -36,6 +36,10 @@ const CARRY_LIMIT: u32 = 10;
 /// What happened to one attempt at a node.
 pub(super) enum Attempt {
     Served(i64),
+    /// The node counted it, but this replica was out of touch with the
+    /// fence channel meanwhile, and the node was failed over: the count is
+    /// not shown (504).
+    Voided,
     /// The node was declared down before the press was sent (`sent`
     /// false: nothing was counted), or while it was at the node.
     Abandoned {
@@ -78,6 +82,7 @@ impl SessionService {
             return Attempt::Abandoned { sent: false, held };
         }
         let epoch = entry.fences().then_some(fence_epoch);
+        let contact = self.cache.lease().contact();
         let sent = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut exchange = match self.client().press(&entry.link, id, epoch, sent.clone()) {
             Ok(exchange) => exchange,
@@ -102,6 +107,11 @@ impl SessionService {
                 entry.link.metrics.served();
                 entry.evidence.answered();
                 entry.link.limit.answered();
+                if !self.cache.lease().unbroken_since(contact)
+                    && self.failed_meanwhile(entry, fence_epoch).await
+                {
+                    return Attempt::Voided;
+                }
                 Attempt::Served(count)
             }
             // The node is well and counted nothing.
@@ -185,6 +195,21 @@ impl SessionService {
                 warn!(node = %entry.address, %error, "failover did not complete; presses retry it");
             }
         });
+    }
+
+    /// After a silence of this replica (paused, or its heartbeat held up),
+    /// whether the node was failed over or cleaned since the press went
+    /// out under `epoch`: a clean of it may have gone by without this
+    /// replica, and its session moved on (the model's
+    /// `lease_voids_answers`). One read of the registry; unknown counts as
+    /// moved.
+    async fn failed_meanwhile(&self, entry: &NodeEntry, epoch: u64) -> bool {
+        match self.store().nodes.get_node(&entry.address).await {
+            Ok(Some(record)) => {
+                record.state == crate::store::NodeState::Down || record.epoch != epoch
+            }
+            Ok(None) | Err(_) => true,
+        }
     }
 
     /// Waits (at most `limit`) for the presses carried on past their

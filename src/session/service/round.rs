@@ -198,6 +198,11 @@ impl SessionService {
                     node: entry,
                 }));
             }
+            Attempt::Voided => {
+                warn!(node = %entry.address, session = %logged(id), "the node was failed over while this replica was silent; its count is not shown");
+                let node = entry.address.clone();
+                return Err(PressError::FailedOverMeanwhile { node });
+            }
             Attempt::Abandoned { sent: false, held } => {
                 debug!(node = %entry.address, session = %logged(id), "press not sent: node declared down");
                 held
