@@ -271,6 +271,9 @@ fn rebuilding() -> ApiError {
 }
 
 fn redis_unavailable(source: &StoreError) -> ApiError {
+    if source.is_identity_changed() {
+        return rebuilding();
+    }
     if source.is_lock_lost() {
         tracing::warn!(error = %source, "operation stopped: it lost its node lock");
         return ApiError::unavailable(

@@ -103,7 +103,23 @@ impl StoreError {
     pub fn is_lock_lost(&self) -> bool {
         self.context == LOCK_LOST
     }
+
+    /// Redis restarted or failed over since the registry was complete:
+    /// nothing is read from it until the registry is rebuilt.
+    pub fn identity_changed() -> Self {
+        Self {
+            context: IDENTITY_CHANGED,
+            source: redis::RedisError::from((redis::ErrorKind::Client, "Redis identity changed")),
+        }
+    }
+
+    pub fn is_identity_changed(&self) -> bool {
+        self.context == IDENTITY_CHANGED
+    }
 }
+
+const IDENTITY_CHANGED: &str =
+    "Redis restarted or failed over and may hold older data; the registry is being rebuilt";
 
 /// Attaches what we were doing to a Redis error.
 pub(crate) trait Context<T> {

@@ -164,7 +164,7 @@ impl Replicas {
         ];
         let readings = self.read_identities(&keys, "read").await?;
         match judge(&readings, true).0 {
-            Identity::Changed => Err(identity_changed()),
+            Identity::Changed => Err(StoreError::identity_changed()),
             Identity::Same | Identity::Unknown => Ok(()),
         }
     }
@@ -174,17 +174,9 @@ impl Replicas {
     /// newer than any Redis recorded may be talking to a rolled-back Redis).
     pub async fn confirm_identity(&self) -> StoreResult<()> {
         match self.identity().await? {
-            Identity::Changed => Err(identity_changed()),
+            Identity::Changed => Err(StoreError::identity_changed()),
             Identity::Same | Identity::Unknown => Ok(()),
         }
-    }
-}
-
-fn identity_changed() -> StoreError {
-    StoreError {
-        context:
-            "Redis restarted or failed over and may hold older data; the registry is being rebuilt",
-        source: redis::RedisError::from((redis::ErrorKind::Client, "Redis identity changed")),
     }
 }
 
