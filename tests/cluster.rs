@@ -132,6 +132,26 @@ async fn moving_slots_under_load(lease_ms: Option<u64>) {
     }
 }
 
+/// A primary (0, 1 or 2) that does not hold the control slot, and how
+/// many of `sessions` live in its groups.
+async fn primary_without_the_control_slot(
+    cluster: &LoopbackCluster,
+    sessions: &[String],
+) -> (u16, usize) {
+    let control = cluster
+        .owner(cluster.slot_of("{ctl}").await, cluster.base)
+        .await;
+    let victim = (0..3).find(|n| cluster.base + n != control).unwrap();
+    let mut held = 0;
+    for session in sessions {
+        let owner = cluster
+            .owner(cluster.slot_of(&group_tag(session)).await, cluster.base)
+            .await;
+        held += usize::from(owner == cluster.base + victim);
+    }
+    (victim, held)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_that_restarts_empty_makes_the_registry_rebuild_and_no_click_is_lost() {
     let cluster = LoopbackCluster::start();
@@ -146,17 +166,7 @@ async fn a_primary_that_restarts_empty_makes_the_registry_rebuild_and_no_click_i
     }
     // A primary that does not hold the control slot: only some groups
     // forget, and the registry must notice all the same.
-    let control = cluster
-        .owner(cluster.slot_of("{ctl}").await, cluster.base)
-        .await;
-    let victim = (0..3).find(|n| cluster.base + n != control).unwrap();
-    let mut forgotten = 0;
-    for session in &sessions {
-        let owner = cluster
-            .owner(cluster.slot_of(&group_tag(session)).await, cluster.base)
-            .await;
-        forgotten += usize::from(owner == cluster.base + victim);
-    }
+    let (victim, forgotten) = primary_without_the_control_slot(&cluster, &sessions).await;
     assert!(forgotten > 0, "some sessions live on the crashed primary");
     cluster.crash(victim);
     app.wait_rebuilt().await;
@@ -187,17 +197,7 @@ async fn a_primary_back_on_an_older_snapshot_makes_the_registry_rebuild_and_no_s
             assert_eq!(app.press(session).await.clicks(), expected);
         }
     }
-    let control = cluster
-        .owner(cluster.slot_of("{ctl}").await, cluster.base)
-        .await;
-    let victim = (0..3).find(|n| cluster.base + n != control).unwrap();
-    let mut on_victim = 0;
-    for session in &new {
-        let owner = cluster
-            .owner(cluster.slot_of(&group_tag(session)).await, cluster.base)
-            .await;
-        on_victim += usize::from(owner == cluster.base + victim);
-    }
+    let (victim, on_victim) = primary_without_the_control_slot(&cluster, &new).await;
     assert!(
         on_victim > 0,
         "some new sessions live on the primary rolled back"
