@@ -135,11 +135,12 @@ impl Sessions {
     /// The hot path: one plain `HGET`, one round trip, no script (the node's
     /// address is remembered after its first read: numbers never change).
     pub async fn lookup(&self, session_id: &str) -> StoreResult<Option<Mapping>> {
-        self.replicas
-            .check_identity(&groups::mapping_bucket(session_id)[..2])
-            .await?;
+        // The bucket once: its group is checked, its key read.
+        let bucket = groups::mapping_bucket(session_id);
+        let group = &bucket[..2];
+        self.replicas.check_identity(group).await?;
         let value: Option<String> = redis::cmd("HGET")
-            .arg(self.mapping_key(session_id))
+            .arg(self.group_key(group, &["mappings", &bucket]))
             .arg(session_id)
             .query_async(&mut self.conn())
             .await
