@@ -1,4 +1,4 @@
-//! Each Lua script beside its action in the model (`model::actions`): the
+//! Each Lua script beside its decision in `protocol::placement`: the
 //! script runs on real Redis from every state of the model's small domain
 //! (a mapping on either node or none, a fold before or after the group's
 //! last unmap, either node down), and its outcome must be the action's.
@@ -10,12 +10,12 @@ use crate::common;
 use std::time::Duration;
 
 use common::{now_ms, spawn_app_with, start_nodes, test_config, unique};
-use model::actions::{self, Placed as Model};
 use nodes_control::store::{NodeState, Placed};
+use protocol::placement::{self, Placed as Model};
 use redis::AsyncCommands;
 
 /// The model's mapping of `id` as Redis holds it: node 0 or 1, and base.
-async fn mapping_of(app: &common::TestApp, id: &str, nodes: &[String]) -> actions::Mapping {
+async fn mapping_of(app: &common::TestApp, id: &str, nodes: &[String]) -> placement::Mapping {
     let mapping = app.ctx.store.sessions.lookup(id).await.unwrap()?;
     let node = nodes.iter().position(|n| *n == mapping.node).unwrap() as u8;
     Some((node, mapping.base as u8))
@@ -128,7 +128,7 @@ async fn place_lua_decides_as_the_model_s_place_action_in_every_state() {
                     Some(Model::Created { node, .. }) => Some(node),
                     _ => up.iter().position(|u| *u).map(|n| n as u8),
                 };
-                let model = actions::place(mapping, 0, u8::from(stale), chosen, 3, true);
+                let model = placement::place(mapping, 0, u8::from(stale), chosen, 3, true);
                 assert_eq!(script, model, "{case}");
                 checked += 1;
             }
@@ -170,7 +170,7 @@ async fn unmap_lua_decides_as_the_model_s_unmap_in_every_state() {
             let counted = store.sessions.unmaps_seen(&id).await.unwrap() != seen;
             assert_eq!(
                 (after, counted),
-                actions::unmap(before, target),
+                placement::unmap(before, target),
                 "mapping {before:?}, unmap of node {target}"
             );
         }

@@ -12,10 +12,12 @@
 //! stop between two steps (a paused replica is one whose steps are not
 //! taken for a while): the checker tries every interleaving.
 //!
+//! The replicas decide as the balancer does: their actions call the
+//! functions of the `protocol` crate, which the balancer calls too.
 //! [`Guards`] switches each fix of the protocol on or off, so that a test
-//! shows the checker failing with the guard out, and passing with all in.
+//! shows the checker failing with the guard out, and passing with all in:
+//! a guard out replaces the shared decision with the one 0.1.0 made.
 
-pub mod actions;
 mod check;
 mod state;
 

@@ -3,7 +3,8 @@
 
 use stateright::{Model, Property};
 
-use crate::actions::{self, Placed};
+use protocol::placement::{self, Placed};
+use protocol::press::{self, Heard, NodeNow};
 
 pub const NODES: usize = 2;
 pub const REPLICAS: usize = 2;
@@ -74,11 +75,12 @@ pub struct Protocol {
     /// How many times a node may restart, losing its counts (and the
     /// fencing node its floor).
     pub restarts: u8,
-    /// How many times Redis may come back on its last snapshot.
+    /// How many times Redis may come back on its last snapshot, or empty.
     pub rollbacks: u8,
     /// How many replicas may be killed (their presses' clients see the
-    /// connection reset) or lose their lease while paused (the fences of
-    /// fencing nodes stop waiting for them; they resume later).
+    /// connection reset; they may be started again) or lose their lease
+    /// while paused (the fences of fencing nodes stop waiting for them;
+    /// they resume later).
     pub crashes: u8,
     pub lapses: u8,
 }
@@ -92,6 +94,15 @@ pub struct Snapshot {
     pub mapping: Option<(u8, u8)>,
     pub epoch: [u8; NODES],
     pub unmapped_at: u8,
+}
+
+impl Snapshot {
+    /// What a Redis restarted empty holds.
+    const EMPTY: Snapshot = Snapshot {
+        mapping: None,
+        epoch: [0; NODES],
+        unmapped_at: 0,
+    };
 }
 
 /// What the client was answered.
@@ -256,8 +267,8 @@ pub struct State {
     pub acked: [bool; REPLICAS],
     pub cleaner: Cleaner,
     pub cleans: u8,
-    /// Replicas killed (for good), and replicas whose lease ran out while
-    /// they were paused (until their next heartbeat).
+    /// Replicas killed (until started again), and replicas whose lease ran
+    /// out while they were paused (until their next heartbeat).
     pub dead: [bool; REPLICAS],
     pub lapsed: [bool; REPLICAS],
     pub crashes: u8,
@@ -328,13 +339,18 @@ pub enum Action {
     /// The replica resumes and beats again (`heartbeat`): fences wait for
     /// it again.
     Heartbeat { replica: u8 },
+    /// A killed replica is started again: nothing cached, no press under
+    /// way; its first `poll_once` closes its gates for the fences up and
+    /// fences wait for it again.
+    ReplicaStarts { replica: u8 },
     /// Redis writes a snapshot (`BGSAVE`, or its `save` rules).
     RedisSaves,
+    /// Redis restarts empty (no persistence, or its files lost): as a
+    /// rollback to a snapshot of nothing.
+    RedisRestartsEmpty,
     /// Redis comes back on its snapshot (restarted from its RDB, or a
-    /// failover to a replica that lagged). With `identity_check`, the
-    /// replicas see another server before their next read (`identity`),
-    /// and `Rebuilder::rebuild` starts: the groups are wiped and every
-    /// node is to be cleaned before anything is placed.
+    /// failover to a replica that lagged); the rebuild follows
+    /// (`State::come_back_on`).
     RedisRollsBack,
 }
 
@@ -364,6 +380,18 @@ impl State {
     fn answer(&mut self, replica: u8, press: u8, answer: Answer) {
         self.presses[press as usize].answer = Some(answer);
         self.set_step(replica, press, None);
+    }
+
+    /// What the press does after `protocol::press::next`.
+    fn go_on(&mut self, replica: u8, press: u8, next: press::Next<u8>) {
+        match next {
+            press::Next::Answer(clicks) => {
+                self.answered_above_truth |= clicks > self.truth;
+                self.answer(replica, press, Answer::Counted(clicks))
+            }
+            press::Next::Unknown => self.answer(replica, press, Answer::Unknown),
+            press::Next::Again => self.set_step(replica, press, Some(Step::Lookup)),
+        }
     }
 
     fn send(&mut self, msg: Msg) {
@@ -403,7 +431,7 @@ impl State {
     /// archive.
     fn unmap_if_on(&mut self, node: u8) {
         let unmapped;
-        (self.mapping, unmapped) = actions::unmap(self.mapping, node);
+        (self.mapping, unmapped) = placement::unmap(self.mapping, node);
         if unmapped {
             self.unmapped_at = self.version;
         }
@@ -436,6 +464,35 @@ impl State {
             // before the rebuild is refused (base_guard).
             self.rebuilding = false;
             self.unmapped_at = self.version;
+        }
+    }
+
+    /// Every fence up now is honoured: the replica's gate closes (new
+    /// presses wait; those in flight go on), and every mapping it read
+    /// before is read again (`poll_once`).
+    fn honour_fences(&mut self, replica: u8) {
+        let fence = self.fence;
+        let r = &mut self.replicas[replica as usize];
+        r.mark += 1;
+        r.cleaned_at = [r.mark; NODES];
+        for (closed, fenced) in r.gate_closed.iter_mut().zip(fence) {
+            *closed |= fenced;
+        }
+    }
+
+    /// Redis comes back on `snapshot`. With `identity_check`, the
+    /// replicas see another server before their next read (`identity`),
+    /// and `Rebuilder::rebuild` starts: the groups are wiped and every
+    /// node is to be cleaned before anything is placed.
+    fn come_back_on(&mut self, snapshot: Snapshot, g: Guards) {
+        self.mapping = snapshot.mapping;
+        self.epoch = snapshot.epoch;
+        self.unmapped_at = snapshot.unmapped_at;
+        self.rollbacks += 1;
+        if g.identity_check {
+            self.mapping = None;
+            self.rebuilding = true;
+            self.to_rebuild = [true; NODES];
         }
     }
 
@@ -497,6 +554,9 @@ impl Model for Protocol {
         for (r, replica) in s.replicas.iter().enumerate() {
             let replica_id = r as u8;
             if s.dead[r] {
+                actions.push(Action::ReplicaStarts {
+                    replica: replica_id,
+                });
                 continue;
             }
             if s.crashes < self.crashes {
@@ -616,6 +676,7 @@ impl Model for Protocol {
             }
         }
         if s.rollbacks < self.rollbacks && s.cleaner == Cleaner::Idle && !s.rebuilding {
+            actions.push(Action::RedisRestartsEmpty);
             if s.snapshot.is_none() {
                 actions.push(Action::RedisSaves);
             } else {
@@ -685,7 +746,7 @@ impl Model for Protocol {
                     return None; // the script chooses among up nodes only
                 }
                 let chosen = (!s.down[node as usize]).then_some(node);
-                let placed = actions::place(
+                let placed = placement::place(
                     s.mapping,
                     version,
                     s.unmapped_at,
@@ -730,7 +791,8 @@ impl Model for Protocol {
                 }
                 if s.down[node as usize] {
                     // The node failed meanwhile: nothing was sent.
-                    s.set_step(replica, press, Some(Step::Lookup));
+                    let next = press::next(Heard::Failed { sent: false }, 0);
+                    s.go_on(replica, press, next);
                     return Some(s);
                 }
                 s.replicas[replica as usize].in_gate[node as usize] += 1;
@@ -768,26 +830,23 @@ impl Model for Protocol {
                 let r = replica as usize;
                 s.replicas[r].in_gate[node as usize] -= 1;
                 // Its lease lapsed since the press went out: a fence may
-                // have gone by without it, the session moved on; the
-                // count is no longer the session's to show.
-                let voided = s.lapsed[r] || s.replicas[r].lapses != lapses;
-                match msg {
-                    Msg::Reply { count: Some(_), .. }
-                        if g.lease_voids_answers
-                            && voided
-                            && (s.down[node as usize] || s.epoch[node as usize] != epoch) =>
-                    {
-                        s.answer(replica, press, Answer::Unknown)
-                    }
+                // have gone by without it.
+                let silent = s.lapsed[r] || s.replicas[r].lapses != lapses;
+                let heard = match msg {
                     Msg::Reply {
                         count: Some(count), ..
                     } => {
-                        s.answered_above_truth |= count + base > s.truth;
-                        s.answer(replica, press, Answer::Counted(count + base))
+                        let now = NodeNow {
+                            down: s.down[node as usize],
+                            epoch: s.epoch[node as usize],
+                        };
+                        let shown =
+                            !g.lease_voids_answers || press::count_shown(silent, Some(now), epoch);
+                        Heard::Counted { count, shown }
                     }
-                    // Refused, uncounted: read the mapping again.
-                    _ => s.set_step(replica, press, Some(Step::Lookup)),
-                }
+                    _ => Heard::Refused,
+                };
+                s.go_on(replica, press, press::next(heard, base));
             }
             Action::Timer {
                 replica,
@@ -803,17 +862,31 @@ impl Model for Protocol {
                         s.taken_down_answering = true;
                     }
                     s.mark_down(node);
-                    if g.retry_only_unsent {
-                        s.answer(replica, press, Answer::Unknown);
-                    } else {
-                        // Failed over, then tried again elsewhere.
-                        s.set_step(replica, press, Some(Step::Lookup));
-                    }
-                } else if g.unknown_is_504 {
-                    s.answer(replica, press, Answer::Unknown);
-                } else {
-                    s.answer(replica, press, Answer::NotCounted);
                 }
+                let next = match (failed, g) {
+                    // 0.1.0: failed over, then tried again elsewhere...
+                    (
+                        true,
+                        Guards {
+                            retry_only_unsent: false,
+                            ..
+                        },
+                    ) => press::Next::Again,
+                    // ... and a spared node's silence answered 503.
+                    (
+                        false,
+                        Guards {
+                            unknown_is_504: false,
+                            ..
+                        },
+                    ) => {
+                        s.answer(replica, press, Answer::NotCounted);
+                        return Some(s);
+                    }
+                    (true, _) => press::next(Heard::Failed { sent: true }, 0),
+                    (false, _) => press::next(Heard::Spared { sent: true }, 0),
+                };
+                s.go_on(replica, press, next);
                 // A reply that comes later is read by nobody.
             }
             Action::NodeReceives { msg } => {
@@ -945,34 +1018,20 @@ impl Model for Protocol {
             Action::Heartbeat { replica } => {
                 // `FenceWatcher::poll_once` after a lapse: every mapping
                 // read before is void (`NodeTable::cleaned_all`).
-                // And every fence up now is honoured: its gate closes
-                // (new presses wait; those in flight go on).
-                let fence = s.fence;
-                let r = &mut s.replicas[replica as usize];
-                r.mark += 1;
-                r.cleaned_at = [r.mark; NODES];
-                for (closed, fenced) in r.gate_closed.iter_mut().zip(fence) {
-                    *closed |= fenced;
-                }
+                s.honour_fences(replica);
                 s.lapsed[replica as usize] = false;
+            }
+            Action::ReplicaStarts { replica } => {
+                s.dead[replica as usize] = false;
+                s.lapsed[replica as usize] = false;
+                s.honour_fences(replica);
             }
             Action::RedisSaves => s.snapshot = Some(s.redis()),
             Action::RedisRollsBack => {
-                let Snapshot {
-                    mapping,
-                    epoch,
-                    unmapped_at,
-                } = s.snapshot?;
-                s.mapping = mapping;
-                s.epoch = epoch;
-                s.unmapped_at = unmapped_at;
-                s.rollbacks += 1;
-                if g.identity_check {
-                    s.mapping = None;
-                    s.rebuilding = true;
-                    s.to_rebuild = [true; NODES];
-                }
+                let snapshot = s.snapshot?;
+                s.come_back_on(snapshot, g);
             }
+            Action::RedisRestartsEmpty => s.come_back_on(Snapshot::EMPTY, g),
             Action::CleanTimer => {
                 let Cleaner::Sent { node, token } = s.cleaner else {
                     return None;

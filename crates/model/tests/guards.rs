@@ -30,8 +30,9 @@ fn without_restarts(guards: Guards, presses: u8) -> Protocol {
     }
 }
 
-/// Redis back on an older snapshot once, and the rebuild it calls for
-/// (which cleans every node): no other clean, no restart.
+/// Redis back on an older snapshot, or restarted empty, once, and the
+/// rebuild it calls for (which cleans every node): no other clean, no
+/// restart.
 fn with_a_rollback(guards: Guards, presses: u8) -> Protocol {
     Protocol {
         cleans: 0,
@@ -41,8 +42,8 @@ fn with_a_rollback(guards: Guards, presses: u8) -> Protocol {
     }
 }
 
-/// A replica killed with its presses under way, and one whose lease runs
-/// out while it is paused: no rollback, no restart.
+/// A replica killed with its presses under way (and started again), and
+/// one whose lease runs out while it is paused: no rollback, no restart.
 fn with_replicas_lost(guards: Guards, presses: u8) -> Protocol {
     Protocol {
         restarts: 0,

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use protocol::press::{self, Heard, NodeNow};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
@@ -35,33 +36,41 @@ const CARRY_LIMIT: u32 = 10;
 
 /// What happened to one attempt at a node.
 pub(super) enum Attempt {
-    Served(i64),
-    /// The node counted it, but this replica was out of touch with the
-    /// fence channel meanwhile, and the node was failed over: the count is
-    /// not shown (504).
-    Voided,
+    /// The node counted it. `shown`: the count is still the session's
+    /// (`protocol::press::count_shown`).
+    Served { count: i64, shown: bool },
     /// The node was declared down before the press was sent (`sent`
     /// false: nothing was counted), or while it was at the node.
-    Abandoned {
-        sent: bool,
-        held: Held,
-    },
-    /// The press could not be sent as it is: not the node's doing.
-    NotTheNode(NodeCallError),
+    Abandoned { sent: bool, held: Held },
     /// A fencing node refused the press, uncounted: it cleaned the session
     /// (token `fence`) after the mapping was read.
-    Refused {
-        fence: u64,
-    },
+    Refused { fence: u64 },
     /// Time ran out (or a gateway answered 502/503) at a node that is
     /// alive, or the last one serving: it stays up. A press still at the
     /// node was carried on ([`SessionService::carry_on`]).
-    Spared {
-        error: NodeCallError,
-        why: Spared,
-    },
+    Spared { error: NodeCallError, why: Spared },
     /// The node failed: it must be marked down while the gate is held.
     Failed(NodeCallError, Held),
+}
+
+impl Attempt {
+    /// What the replica heard, for the retry rule (`protocol::press`).
+    pub(super) fn heard(&self) -> Heard<i64> {
+        match self {
+            Attempt::Served { count, shown } => Heard::Counted {
+                count: *count,
+                shown: *shown,
+            },
+            Attempt::Refused { .. } => Heard::Refused,
+            Attempt::Abandoned { sent, .. } => Heard::Failed { sent: *sent },
+            Attempt::Failed(error, _) => Heard::Failed {
+                sent: error.may_have_counted(),
+            },
+            Attempt::Spared { error, .. } => Heard::Spared {
+                sent: error.may_have_counted(),
+            },
+        }
+    }
 }
 
 impl SessionService {
@@ -69,25 +78,23 @@ impl SessionService {
     /// (by us or another replica): it will be wiped, its answer is moot.
     /// `held` is given back where the caller still needs the gate; a press
     /// the node may still count is carried on holding it (see
-    /// [`carry_on`](Self::carry_on)).
+    /// [`carry_on`](Self::carry_on)). An error: the press could not be
+    /// sent as it is, not the node's doing (it stays up).
     pub(super) async fn attempt(
         &self,
         entry: &Arc<NodeEntry>,
         id: &str,
         held: Held,
         fence_epoch: u64,
-    ) -> Attempt {
+    ) -> Result<Attempt, NodeCallError> {
         let down = entry.declared_down();
         if !entry.serves_presses() {
-            return Attempt::Abandoned { sent: false, held };
+            return Ok(Attempt::Abandoned { sent: false, held });
         }
         let epoch = entry.fences().then_some(fence_epoch);
         let contact = self.cache.lease().contact();
         let sent = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let mut exchange = match self.client().press(&entry.link, id, epoch, sent.clone()) {
-            Ok(exchange) => exchange,
-            Err(error) => return Attempt::NotTheNode(error),
-        };
+        let mut exchange = self.client().press(&entry.link, id, epoch, sent.clone())?;
         let sent_at = crate::clock::mono_ms();
         // An answer that is there when the timer fires too (this replica
         // was paused) is read, not taken for the node's silence: the
@@ -98,7 +105,7 @@ impl SessionService {
             result = &mut exchange => result,
             _ = down => {
                 let sent = sent.load(std::sync::atomic::Ordering::Acquire);
-                return Attempt::Abandoned { sent, held };
+                return Ok(Attempt::Abandoned { sent, held });
             }
             _ = tokio::time::sleep(self.client().timeout()) => last_look(&mut exchange).await,
         };
@@ -107,17 +114,18 @@ impl SessionService {
                 entry.link.metrics.served();
                 entry.evidence.answered();
                 entry.link.limit.answered();
-                if !self.cache.lease().unbroken_since(contact)
-                    && self.failed_meanwhile(entry, fence_epoch).await
-                {
-                    return Attempt::Voided;
-                }
-                Attempt::Served(count)
+                let silent = !self.cache.lease().unbroken_since(contact);
+                let now = match silent {
+                    true => self.node_now(entry).await,
+                    false => None,
+                };
+                let shown = press::count_shown(silent, now, fence_epoch);
+                Ok(Attempt::Served { count, shown })
             }
             // The node is well and counted nothing.
             Err(NodeCallError::StaleEpoch { fence }) => {
                 entry.evidence.answered();
-                Attempt::Refused { fence }
+                Ok(Attempt::Refused { fence })
             }
             Err(error) => self.unanswered(entry, error, sent_at, exchange, held).await,
         }
@@ -134,10 +142,10 @@ impl SessionService {
         sent_at: u64,
         exchange: Exchange,
         held: Held,
-    ) -> Attempt {
+    ) -> Result<Attempt, NodeCallError> {
         entry.link.metrics.failed();
         if !error.is_node_fault() {
-            return Attempt::NotTheNode(error);
+            return Err(error);
         }
         let why = match self.table().spare(entry, &error, sent_at) {
             Some(why) => why,
@@ -155,7 +163,7 @@ impl SessionService {
             {
                 Spared::LastNode
             }
-            None => return Attempt::Failed(error, held),
+            None => return Ok(Attempt::Failed(error, held)),
         };
         if why == Spared::Saturated {
             let accepted = match error {
@@ -169,7 +177,7 @@ impl SessionService {
         if matches!(error, NodeCallError::Timeout) {
             self.carry_on(entry.clone(), exchange, held);
         }
-        Attempt::Spared { error, why }
+        Ok(Attempt::Spared { error, why })
     }
 
     /// A press that its node, alive but saturated, did not answer within
@@ -197,19 +205,15 @@ impl SessionService {
         });
     }
 
-    /// After a silence of this replica (paused, or its heartbeat held up),
-    /// whether the node was failed over or cleaned since the press went
-    /// out under `epoch`: a clean of it may have gone by without this
-    /// replica, and its session moved on (the model's
-    /// `lease_voids_answers`). One read of the registry; unknown counts as
-    /// moved.
-    async fn failed_meanwhile(&self, entry: &NodeEntry, epoch: u64) -> bool {
-        match self.store().nodes.get_node(&entry.address).await {
-            Ok(Some(record)) => {
-                record.state == crate::store::NodeState::Down || record.epoch != epoch
-            }
-            Ok(None) | Err(_) => true,
-        }
+    /// The registry's word on a press's node, read after a silence of
+    /// this replica (paused, or its heartbeat held up): a clean of it may
+    /// have gone by without this replica (`protocol::press::count_shown`).
+    async fn node_now(&self, entry: &NodeEntry) -> Option<NodeNow<u64>> {
+        let record = self.store().nodes.get_node(&entry.address).await.ok()??;
+        Some(NodeNow {
+            down: record.state == crate::store::NodeState::Down,
+            epoch: record.epoch,
+        })
     }
 
     /// Waits (at most `limit`) for the presses carried on past their
@@ -225,16 +229,8 @@ impl SessionService {
     /// A press failed at its node, which is gone: marked down *before the
     /// gate is released* (the caller holds it), so a clean waiting for the
     /// gate sees it down and never asks it to archive counts that may
-    /// include this press. A press the node may have counted ends here
-    /// (504), its node failed over in the background; one it provably did
-    /// not count is tried once more, and a second failure ends it.
-    pub(super) async fn failed(
-        &self,
-        entry: &NodeEntry,
-        id: &str,
-        error: NodeCallError,
-        failed: &mut Option<(String, NodeCallError)>,
-    ) -> Result<(), PressError> {
+    /// include this press.
+    pub(super) async fn mark_failed(&self, entry: &NodeEntry, id: &str, error: &NodeCallError) {
         warn!(node = %entry.address, session = %crate::session::id::logged(id), %error, "press failed; node marked down");
         self.registry
             .mark_down(
@@ -243,24 +239,6 @@ impl SessionService {
                 &format!("a press failed: {error}"),
             )
             .await;
-        if error.may_have_counted() {
-            let (registry, node) = (self.registry.clone(), entry.address.clone());
-            tokio::spawn(async move {
-                if let Err(error) = registry.fail_over(&node).await {
-                    warn!(%node, %error, "failover did not complete; presses retry it");
-                }
-            });
-            return Err(PressError::OutcomeUnknown {
-                node: entry.address.clone(),
-                source: error,
-            });
-        }
-        if let Some((node, source)) = failed.take() {
-            return Err(PressError::NodeFailed { node, source });
-        }
-        *failed = Some((entry.address.clone(), error));
-        metrics::counter!("nodes_control_failovers_total").increment(1);
-        Ok(())
     }
 
     /// A fencing node refused a press: it has done a clean (token `fence`)

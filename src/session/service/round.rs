@@ -10,13 +10,14 @@
 
 use std::sync::Arc;
 
+use protocol::press;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::attempt::{Attempt, Held};
 use super::{Pressed, SessionService, MAX_REQUEUES};
 use crate::lifecycle::CleanError;
-use crate::nodes::{NodeCallError, NodeEntry, Spared};
+use crate::nodes::{NodeCallError, NodeEntry};
 use crate::session::error::{expire_error, Busy, PressError};
 use crate::session::id::logged;
 use crate::store::Mapping;
@@ -82,8 +83,14 @@ impl SessionService {
         let Some((held, fence_epoch)) = self.enter(round, &entry).await? else {
             return Ok(Next::Again);
         };
-        let attempt = self.attempt(&entry, round.id, held, fence_epoch).await;
-        self.outcome(round, entry, current, attempt).await
+        match self.attempt(&entry, round.id, held, fence_epoch).await {
+            Ok(attempt) => self.outcome(round, entry, current, attempt).await,
+            // Not the node's doing: it stays up, the press fails.
+            Err(source) => {
+                let node = entry.address.clone();
+                Err(PressError::NodeFailed { node, source })
+            }
+        }
     }
 
     /// `Lookup` again: the mapping and the clean mark before it.
@@ -180,9 +187,64 @@ impl SessionService {
         Ok(Some((held, fence_epoch)))
     }
 
-    /// What the attempt makes of the press: its answer, or another round
-    /// where nothing was counted.
+    /// What the attempt makes of the press, by the retry rule
+    /// (`protocol::press::next`): its answer, 504, or another round where
+    /// nothing was counted.
     async fn outcome(
+        &self,
+        round: &mut Round<'_>,
+        entry: Arc<NodeEntry>,
+        current: Mapping,
+        attempt: Attempt,
+    ) -> Result<Next, PressError> {
+        let heard = attempt.heard();
+        if let Attempt::Failed(error, _) = &attempt {
+            self.mark_failed(&entry, round.id, error).await;
+        }
+        match press::next(heard, current.base) {
+            press::Next::Answer(clicks) => Ok(Next::Answer(Pressed {
+                clicks,
+                node: entry,
+            })),
+            press::Next::Unknown => Err(self.unknown(round.id, &entry, attempt)),
+            press::Next::Again => self.again(round, entry, current, attempt).await,
+        }
+    }
+
+    /// 504: the node may have counted the press.
+    fn unknown(&self, id: &str, entry: &NodeEntry, attempt: Attempt) -> PressError {
+        let node = entry.address.clone();
+        let source = match attempt {
+            Attempt::Served { .. } => {
+                warn!(%node, session = %logged(id), "the node was failed over while this replica was silent; its count is not shown");
+                return PressError::FailedOverMeanwhile { node };
+            }
+            Attempt::Failed(error, _) => {
+                // Failed over in the background: this press is over.
+                let registry = self.registry.clone();
+                let failed = node.clone();
+                tokio::spawn(async move {
+                    if let Err(error) = registry.fail_over(&failed).await {
+                        warn!(node = %failed, %error, "failover did not complete; presses retry it");
+                    }
+                });
+                error
+            }
+            Attempt::Spared { error, why } => {
+                warn!(%node, %error, why = why.as_str(), "press not answered; the node stays up");
+                error
+            }
+            Attempt::Abandoned { .. } => NodeCallError::Abandoned,
+            // Never 504 by the rule: nothing was counted.
+            Attempt::Refused { fence } => NodeCallError::StaleEpoch { fence },
+        };
+        PressError::OutcomeUnknown { node, source }
+    }
+
+    /// Another round: nothing was counted. A fencing refusal reads the
+    /// mapping again; a spared node's full backlog queues again; a failed
+    /// node is failed over first (`Timer { failed }`, then `Lookup`).
+    async fn again(
         &self,
         round: &mut Round<'_>,
         entry: Arc<NodeEntry>,
@@ -191,27 +253,8 @@ impl SessionService {
     ) -> Result<Next, PressError> {
         let id = round.id;
         let held = match attempt {
-            Attempt::Served(count) => {
-                let clicks = count + current.base;
-                return Ok(Next::Answer(Pressed {
-                    clicks,
-                    node: entry,
-                }));
-            }
-            Attempt::Voided => {
-                warn!(node = %entry.address, session = %logged(id), "the node was failed over while this replica was silent; its count is not shown");
-                let node = entry.address.clone();
-                return Err(PressError::FailedOverMeanwhile { node });
-            }
-            Attempt::Abandoned { sent: false, held } => {
-                debug!(node = %entry.address, session = %logged(id), "press not sent: node declared down");
-                held
-            }
-            Attempt::Abandoned { sent: true, .. } => {
-                return Err(unknown(&entry, NodeCallError::Abandoned));
-            }
-            // The node cleaned the session after its mapping was read:
-            // nothing was counted. Learn the node's epoch, read again.
+            // The node cleaned the session after its mapping was read.
+            // Learn the node's epoch, read again.
             Attempt::Refused { fence } => {
                 metrics::counter!("nodes_control_presses_refused_total").increment(1);
                 debug!(node = %entry.address, session = %logged(id), fence, "press refused under an older fencing epoch");
@@ -220,19 +263,23 @@ impl SessionService {
                 self.reread(round).await?;
                 return Ok(Next::Again);
             }
-            // Not the node's doing: it stays up, the press fails.
-            Attempt::NotTheNode(source) => {
-                let node = entry.address.clone();
-                return Err(PressError::NodeFailed { node, source });
-            }
-            Attempt::Spared { error, why } => return requeue(round, &entry, current, error, why),
-            Attempt::Failed(error, held) => {
-                Box::pin(self.failed(&entry, id, error, &mut round.failed)).await?;
+            Attempt::Spared { .. } => return requeue(round, &entry, current),
+            Attempt::Abandoned { held, .. } => {
+                debug!(node = %entry.address, session = %logged(id), "press not sent: node declared down");
                 held
             }
+            Attempt::Failed(error, held) => {
+                // A second node failing an unsent press ends it.
+                if let Some((node, source)) = round.failed.take() {
+                    return Err(PressError::NodeFailed { node, source });
+                }
+                round.failed = Some((entry.address.clone(), error));
+                metrics::counter!("nodes_control_failovers_total").increment(1);
+                held
+            }
+            // Never another round by the rule: the node counted it.
+            served @ Attempt::Served { .. } => return Err(self.unknown(id, &entry, served)),
         };
-        // Nothing was sent: the session moves off the failed node, and the
-        // press goes round again (`Timer { failed }`, then `Lookup`).
         drop(held);
         self.cache.forget(id);
         Box::pin(self.fail_over(&entry, id, round.deadline)).await?;
@@ -242,21 +289,10 @@ impl SessionService {
     }
 }
 
-/// Spared: the node is alive (or the last one up). A press it may have
-/// counted answers 504; one whose connect the node's backlog refused was
-/// not sent, and queues again with a fresh queue time (the connect's wait
+/// Spared, and provably not sent: the node's backlog refused the
+/// connect. It queues again with a fresh queue time (the connect's wait
 /// was the node's, not our queue's), a few times at most.
-fn requeue(
-    round: &mut Round<'_>,
-    entry: &NodeEntry,
-    current: Mapping,
-    error: NodeCallError,
-    why: Spared,
-) -> Result<Next, PressError> {
-    if !matches!(error, NodeCallError::ConnectTimeout) {
-        warn!(node = %entry.address, %error, why = why.as_str(), "press not answered; the node stays up");
-        return Err(unknown(entry, error));
-    }
+fn requeue(round: &mut Round<'_>, entry: &NodeEntry, current: Mapping) -> Result<Next, PressError> {
     round.requeues += 1;
     if round.requeues > MAX_REQUEUES {
         metrics::counter!("nodes_control_node_busy_total").increment(1);
@@ -271,12 +307,5 @@ fn busy(entry: &NodeEntry, why: Busy) -> PressError {
     PressError::NodeBusy {
         node: entry.address.clone(),
         why,
-    }
-}
-
-fn unknown(entry: &NodeEntry, source: NodeCallError) -> PressError {
-    PressError::OutcomeUnknown {
-        node: entry.address.clone(),
-        source,
     }
 }

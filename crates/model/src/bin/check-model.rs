@@ -2,7 +2,7 @@
 //! rollbacks crashes lapses]` (3 1 1 0 0 0 by default): checks the protocol
 //! with every guard in, then with each guard taken out, and prints what
 //! each check found: its states, and the shortest trace that breaks each
-//! property broken.
+//! property broken. `GUARDS=all` checks only with every guard in.
 
 use model::{check, Guards, Protocol};
 
@@ -62,7 +62,8 @@ fn main() {
     };
     let (presses, cleans, restarts) = (arg(1, 3), arg(2, 1), arg(3, 1));
     let (rollbacks, crashes, lapses) = (arg(4, 0), arg(5, 0), arg(6, 0));
-    for (name, guards) in runs {
+    let only_all = std::env::var("GUARDS").is_ok_and(|g| g == "all");
+    for (name, guards) in runs.into_iter().take(if only_all { 1 } else { usize::MAX }) {
         let started = std::time::Instant::now();
         let report = check(Protocol {
             guards,

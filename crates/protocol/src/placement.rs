@@ -1,7 +1,8 @@
-//! What the Lua scripts decide, as plain functions: the model's actions
-//! call them, and the balancer's tests run each script on the same states
-//! and compare (`tests/api/model_scripts.rs`), so the model and the
-//! scripts cannot drift apart unseen.
+//! What the Lua scripts decide, as plain functions: the model's `Place`
+//! and the unmaps of its cleans and failovers call them, and the
+//! balancer's tests run each script on the same states and compare
+//! (`tests/api/model_scripts.rs`), so the model and the scripts cannot
+//! drift apart unseen.
 
 /// A session's mapping: its node and its base.
 pub type Mapping = Option<(u8, u8)>;

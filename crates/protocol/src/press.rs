@@ -1,0 +1,121 @@
+//! What a press does with what its replica heard of it at its node: the
+//! one retry rule. A press goes round again only when it provably was not
+//! counted; one the node may have counted answers 504 and is never sent to
+//! another node; a count is shown only when it is still the session's.
+
+use std::ops::Add;
+
+/// What a replica heard of a press at the session's node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heard<T> {
+    /// The node counted it: its count. `shown`: whether the count is still
+    /// the session's to show ([`count_shown`]).
+    Counted { count: T, shown: bool },
+    /// A fencing node refused it, uncounted: it cleaned the session after
+    /// the mapping was read.
+    Refused,
+    /// No answer, and the node failed: judged so by this replica's timer
+    /// (marked down before its gate opens), or declared down by another.
+    /// `sent`: a byte of the press may have reached the node.
+    Failed { sent: bool },
+    /// No answer in time from a node that is spared (it answers others,
+    /// or it is the last one up): it stays up. `sent` as for `Failed`.
+    Spared { sent: bool },
+}
+
+/// What the press does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next<T> {
+    /// 200: the session's clicks, the node's count over the base it
+    /// started from.
+    Answer(T),
+    /// 504: the node took the press and its outcome is unknown.
+    Unknown,
+    /// Nothing was counted: the mapping is read again (a failed node is
+    /// failed over first) and the press goes round.
+    Again,
+}
+
+/// The retry rule.
+pub fn next<T: Add<Output = T>>(heard: Heard<T>, base: T) -> Next<T> {
+    match heard {
+        Heard::Counted { count, shown: true } => Next::Answer(base + count),
+        Heard::Counted { shown: false, .. } => Next::Unknown,
+        Heard::Refused => Next::Again,
+        Heard::Failed { sent } | Heard::Spared { sent } => match sent {
+            true => Next::Unknown,
+            false => Next::Again,
+        },
+    }
+}
+
+/// What the registry says of a press's node when the press's count comes
+/// back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeNow<E> {
+    pub down: bool,
+    /// Its fencing epoch: its last clean's token.
+    pub epoch: E,
+}
+
+/// Whether a node's count may be shown. Always, when the replica stayed
+/// in touch with the fence channel while the press was out; after a
+/// silence (paused, or cut off past a fencing clean's wait), only if the
+/// registry, read now, still has the node up under the epoch the press
+/// went out with. Else a clean or a failover of the node may have gone by
+/// without this replica, and the session moved on: the count is no longer
+/// its to show (`None`: the registry could not be read).
+pub fn count_shown<E: PartialEq>(silent: bool, now: Option<NodeNow<E>>, sent_epoch: E) -> bool {
+    !silent || now.is_some_and(|now| !now.down && now.epoch == sent_epoch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_count_answers_over_the_sessions_base() {
+        let heard = Heard::Counted {
+            count: 3,
+            shown: true,
+        };
+        assert_eq!(next(heard, 10), Next::Answer(13));
+    }
+
+    #[test]
+    fn a_press_that_may_have_reached_its_node_is_never_tried_again() {
+        for heard in [Heard::Failed { sent: true }, Heard::Spared { sent: true }] {
+            assert_eq!(next(heard, 0), Next::<u8>::Unknown);
+        }
+        let unshown = Heard::Counted {
+            count: 1,
+            shown: false,
+        };
+        assert_eq!(next(unshown, 0), Next::Unknown);
+    }
+
+    #[test]
+    fn a_press_that_provably_was_not_counted_goes_round_again() {
+        for heard in [
+            Heard::Refused,
+            Heard::Failed { sent: false },
+            Heard::Spared { sent: false },
+        ] {
+            assert_eq!(next(heard, 0), Next::<u8>::Again);
+        }
+    }
+
+    #[test]
+    fn after_a_silence_a_count_is_shown_only_while_its_node_serves_under_the_same_epoch() {
+        let up = |epoch| Some(NodeNow { down: false, epoch });
+        assert!(count_shown(false, None, 1));
+        assert!(count_shown(true, up(1), 1));
+        assert!(!count_shown(true, up(2), 1));
+        let down = Some(NodeNow {
+            down: true,
+            epoch: 1,
+        });
+        assert!(!count_shown(true, down, 1));
+        assert!(!count_shown(true, None, 1));
+    }
+}
