@@ -8,6 +8,7 @@ use axum::Json;
 use crate::archive::ArchiveError;
 use crate::cluster::AdminError;
 use crate::lifecycle::CleanError;
+use crate::nodes::NodeCallError;
 use crate::routing::RouteError;
 use crate::session::{Busy, PressError, SessionIdError};
 use crate::store::StoreError;
@@ -144,42 +145,8 @@ impl From<PressError> for ApiError {
                     "the session's node failed and its sessions are still being moved; try again",
                 )
             }
-            PressError::NodeBusy { node, why } => {
-                match why {
-                    Busy::Cleaning => {
-                        tracing::error!(%node, "press waited too long for a clean of its node")
-                    }
-                    Busy::Queue => {
-                        tracing::debug!(%node, "press refused: the node's queue is full")
-                    }
-                }
-                ApiError::unavailable(
-                    "node_busy",
-                    &format!("the session's node is busy ({why}); nothing was counted; try again"),
-                )
-            }
-            PressError::OutcomeUnknown { node, source } => {
-                tracing::warn!(%node, error = %source, "press outcome unknown");
-                let (code, what) = if source.is_timeout() {
-                    ("node_timeout", "the session's node did not answer in time")
-                } else if source.is_gateway() {
-                    (
-                        "node_unavailable",
-                        "a gateway in front of the session's node answered that it is unavailable",
-                    )
-                } else {
-                    (
-                        "node_failed",
-                        "the session's node failed while it had the press",
-                    )
-                };
-                ApiError::OutcomeUnknown {
-                    code,
-                    message: format!(
-                        "{what}; it may have counted the press, and the next answer shows it"
-                    ),
-                }
-            }
+            PressError::NodeBusy { node, why } => node_busy(&node, why),
+            PressError::OutcomeUnknown { node, source } => outcome_unknown(&node, &source),
             PressError::FailedOverMeanwhile { node } => {
                 tracing::warn!(%node, "press counted by a node failed over while this replica was silent");
                 ApiError::OutcomeUnknown {
@@ -197,6 +164,39 @@ impl From<PressError> for ApiError {
                 ApiError::unavailable("press_timeout", "the press took too long; try again")
             }
         }
+    }
+}
+
+fn node_busy(node: &str, why: Busy) -> ApiError {
+    match why {
+        Busy::Cleaning => tracing::error!(%node, "press waited too long for a clean of its node"),
+        Busy::Queue => tracing::debug!(%node, "press refused: the node's queue is full"),
+    }
+    ApiError::unavailable(
+        "node_busy",
+        &format!("the session's node is busy ({why}); nothing was counted; try again"),
+    )
+}
+
+/// 504, with a code for what ended the press.
+fn outcome_unknown(node: &str, source: &NodeCallError) -> ApiError {
+    tracing::warn!(%node, error = %source, "press outcome unknown");
+    let (code, what) = if source.is_timeout() {
+        ("node_timeout", "the session's node did not answer in time")
+    } else if source.is_gateway() {
+        (
+            "node_unavailable",
+            "a gateway in front of the session's node answered that it is unavailable",
+        )
+    } else {
+        (
+            "node_failed",
+            "the session's node failed while it had the press",
+        )
+    };
+    ApiError::OutcomeUnknown {
+        code,
+        message: format!("{what}; it may have counted the press, and the next answer shows it"),
     }
 }
 

@@ -73,54 +73,69 @@ pub fn classify(buf: &[u8]) -> Head {
     {
         return Head::Other;
     }
-    let mut content_length = None;
-    let mut content_type = None;
-    let mut accept = None;
-    let mut close = false;
-    for header in request.headers.iter() {
-        let name = header.name;
-        let Ok(value) = std::str::from_utf8(header.value) else {
-            return Head::Other;
-        };
-        if name.eq_ignore_ascii_case("content-length") {
-            match (content_length, parse_length(value)) {
-                (None, Some(n)) => content_length = Some(n),
-                _ => return Head::Other,
-            }
-        } else if name.eq_ignore_ascii_case("content-type") {
-            if content_type.replace(value).is_some() {
-                return Head::Other;
-            }
-        } else if name.eq_ignore_ascii_case("accept") {
-            // The router reads the first one only; so do we.
-            accept.get_or_insert(value);
-        } else if name.eq_ignore_ascii_case("connection") {
-            for option in value.split(',').map(str::trim) {
-                if option.eq_ignore_ascii_case("close") {
-                    close = true;
-                } else if !option.eq_ignore_ascii_case("keep-alive") {
-                    return Head::Other;
-                }
-            }
-        } else if name.eq_ignore_ascii_case("transfer-encoding")
-            || name.eq_ignore_ascii_case("expect")
-            || name.eq_ignore_ascii_case("upgrade")
-        {
-            return Head::Other;
-        }
-    }
-    match (content_length, content_type) {
+    let Some(fields) = PressFields::read(request.headers) else {
+        return Head::Other;
+    };
+    match (fields.content_length, fields.content_type) {
         (Some(n), Some(content_type))
             if n <= MAX_BODY_BYTES && is_json_content_type(content_type) =>
         {
             Head::Press(PressHead {
                 head_len,
                 content_length: n,
-                wants_json: super::extract::wants_json(accept),
-                close,
+                wants_json: super::extract::wants_json(fields.accept),
+                close: fields.close,
             })
         }
         _ => Head::Other,
+    }
+}
+
+/// The header fields a press is answered by here.
+#[derive(Default)]
+struct PressFields<'a> {
+    content_length: Option<usize>,
+    content_type: Option<&'a str>,
+    accept: Option<&'a str>,
+    close: bool,
+}
+
+impl<'a> PressFields<'a> {
+    /// `None`: a field this path leaves to the router (one it reads
+    /// otherwise, or twice, or not at all).
+    fn read(headers: &[httparse::Header<'a>]) -> Option<Self> {
+        let mut fields = Self::default();
+        for header in headers {
+            let name = header.name;
+            let value = std::str::from_utf8(header.value).ok()?;
+            if name.eq_ignore_ascii_case("content-length") {
+                match (fields.content_length, parse_length(value)) {
+                    (None, Some(n)) => fields.content_length = Some(n),
+                    _ => return None,
+                }
+            } else if name.eq_ignore_ascii_case("content-type") {
+                if fields.content_type.replace(value).is_some() {
+                    return None;
+                }
+            } else if name.eq_ignore_ascii_case("accept") {
+                // The router reads the first one only; so do we.
+                fields.accept.get_or_insert(value);
+            } else if name.eq_ignore_ascii_case("connection") {
+                for option in value.split(',').map(str::trim) {
+                    if option.eq_ignore_ascii_case("close") {
+                        fields.close = true;
+                    } else if !option.eq_ignore_ascii_case("keep-alive") {
+                        return None;
+                    }
+                }
+            } else if name.eq_ignore_ascii_case("transfer-encoding")
+                || name.eq_ignore_ascii_case("expect")
+                || name.eq_ignore_ascii_case("upgrade")
+            {
+                return None;
+            }
+        }
+        Some(fields)
     }
 }
 

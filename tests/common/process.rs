@@ -285,6 +285,14 @@ impl BalancerProcess {
         signal(self.child.id(), "CONT");
     }
 
+    /// kill -9: the replica is gone at once, its presses under way with it
+    /// (their clients see the connection reset).
+    #[allow(dead_code)] // the fault suite's
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// SIGTERM, as an orchestrator stops a replica it replaces, and waits
     /// for it to leave (within its shutdown grace).
     #[allow(dead_code)] // the fault suite's

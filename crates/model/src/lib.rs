@@ -3,7 +3,9 @@
 //! One session, pressed by one client through two replicas, on two nodes:
 //! node 0 fences (it refuses a press older than its last clean, and stamps
 //! its archive rows with the clean's token), node 1 speaks the task's API
-//! only. Redis is one server; Postgres is the archive. Every action is one
+//! only. Redis is one server (or, where it comes back on a snapshot, a
+//! cluster whose primaries of the session group and of the control slot
+//! come back apart); Postgres is the archive. Every action is one
 //! atomic step of the code, named as there (a Lua script, a Postgres
 //! statement, a call to a node, a timer): `docs/design.md` has the table.
 //!
@@ -22,4 +24,4 @@ mod check;
 mod state;
 
 pub use check::{check, Report};
-pub use state::{Action, Answer, Guards, Protocol, State};
+pub use state::{Action, Answer, Guards, Part, Protocol, State};

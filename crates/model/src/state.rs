@@ -105,6 +105,16 @@ impl Snapshot {
     };
 }
 
+/// What of Redis comes back on a snapshot: a single Redis, or on a Redis
+/// Cluster one primary, the session group's (its mapping and unmap mark)
+/// or the control slot's (the nodes' fencing epochs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Part {
+    Whole,
+    Sessions,
+    Control,
+}
+
 /// What the client was answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Answer {
@@ -147,12 +157,14 @@ pub enum Step {
     },
     /// Sent; waiting for the node's answer or the timer.
     /// `lapses`: the replica's lease lapses when it was sent (`u8::MAX`:
-    /// sent while lapsed).
+    /// sent while lapsed); the rest as in `Send`, which a press whose
+    /// connect timed out at a spared node goes back to.
     Waiting {
         node: u8,
         base: u8,
         lapses: u8,
         epoch: u8,
+        mark: u8,
     },
 }
 
@@ -303,11 +315,14 @@ pub enum Action {
     /// The node's answer read (`attempt`: `Served` or `Refused`).
     ReadAnswer { replica: u8, press: u8 },
     /// The press's timer fired; `failed`: the node is judged failed (marked
-    /// down), else spared (alive but slow).
+    /// down), else spared (alive but slow). `sent`: the request may have
+    /// reached the node; else its connect timed out (it is taken off the
+    /// wire).
     Timer {
         replica: u8,
         press: u8,
         failed: bool,
+        sent: bool,
     },
     /// A node takes a message off the wire (`POST /press`, `POST /clean`).
     NodeReceives { msg: Msg },
@@ -349,9 +364,9 @@ pub enum Action {
     /// rollback to a snapshot of nothing.
     RedisRestartsEmpty,
     /// Redis comes back on its snapshot (restarted from its RDB, or a
-    /// failover to a replica that lagged); the rebuild follows
-    /// (`State::come_back_on`).
-    RedisRollsBack,
+    /// failover to a replica that lagged): all of it, or on a Redis
+    /// Cluster one primary; the rebuild follows (`State::come_back_on`).
+    RedisRollsBack { part: Part },
 }
 
 fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
@@ -480,14 +495,20 @@ impl State {
         }
     }
 
-    /// Redis comes back on `snapshot`. With `identity_check`, the
-    /// replicas see another server before their next read (`identity`),
-    /// and `Rebuilder::rebuild` starts: the groups are wiped and every
-    /// node is to be cleaned before anything is placed.
-    fn come_back_on(&mut self, snapshot: Snapshot, g: Guards) {
-        self.mapping = snapshot.mapping;
-        self.epoch = snapshot.epoch;
-        self.unmapped_at = snapshot.unmapped_at;
+    /// Redis (or one primary of a cluster: `part`) comes back on
+    /// `snapshot`. With `identity_check`, the replicas see another server
+    /// before their next read (`identity`; on a cluster, a group or the
+    /// control slot naming no live primary), and `Rebuilder::rebuild`
+    /// starts: the groups are wiped and every node is to be cleaned before
+    /// anything is placed.
+    fn come_back_on(&mut self, snapshot: Snapshot, part: Part, g: Guards) {
+        if part != Part::Control {
+            self.mapping = snapshot.mapping;
+            self.unmapped_at = snapshot.unmapped_at;
+        }
+        if part != Part::Sessions {
+            self.epoch = snapshot.epoch;
+        }
         self.rollbacks += 1;
         if g.identity_check {
             self.mapping = None;
@@ -611,16 +632,16 @@ impl Model for Protocol {
                         if !(self.guards.answer_before_timer
                             && s.reply_for(replica_id, press).is_some())
                         {
-                            actions.push(Action::Timer {
-                                replica: replica_id,
-                                press,
-                                failed: false,
-                            });
-                            actions.push(Action::Timer {
-                                replica: replica_id,
-                                press,
-                                failed: true,
-                            });
+                            for (failed, sent) in
+                                [(false, true), (true, true), (false, false), (true, false)]
+                            {
+                                actions.push(Action::Timer {
+                                    replica: replica_id,
+                                    press,
+                                    failed,
+                                    sent,
+                                });
+                            }
                         }
                     }
                 }
@@ -680,7 +701,9 @@ impl Model for Protocol {
             if s.snapshot.is_none() {
                 actions.push(Action::RedisSaves);
             } else {
-                actions.push(Action::RedisRollsBack);
+                for part in [Part::Whole, Part::Sessions, Part::Control] {
+                    actions.push(Action::RedisRollsBack { part });
+                }
             }
         }
     }
@@ -791,7 +814,7 @@ impl Model for Protocol {
                 }
                 if s.down[node as usize] {
                     // The node failed meanwhile: nothing was sent.
-                    let next = press::next(Heard::Failed { sent: false }, 0);
+                    let next = press::next(Heard::Failed { sent: false }, base);
                     s.go_on(replica, press, next);
                     return Some(s);
                 }
@@ -812,6 +835,7 @@ impl Model for Protocol {
                     base,
                     lapses,
                     epoch,
+                    mark,
                 };
                 s.set_step(replica, press, Some(waiting));
             }
@@ -821,6 +845,7 @@ impl Model for Protocol {
                     base,
                     lapses,
                     epoch,
+                    ..
                 }) = s.work(replica, press)
                 else {
                     return None;
@@ -852,40 +877,66 @@ impl Model for Protocol {
                 replica,
                 press,
                 failed,
+                sent,
             } => {
-                let Some(Step::Waiting { node, .. }) = s.work(replica, press) else {
+                let Some(Step::Waiting {
+                    node,
+                    base,
+                    epoch,
+                    mark,
+                    ..
+                }) = s.work(replica, press)
+                else {
                     return None;
                 };
-                s.replicas[replica as usize].in_gate[node as usize] -= 1;
+                if !sent {
+                    // The connect timed out: the request never left, and
+                    // the node never sees it.
+                    let request = Msg::Press {
+                        press,
+                        replica,
+                        node,
+                        epoch,
+                    };
+                    if !s.net.contains(&request) {
+                        return None;
+                    }
+                    s.net.retain(|m| *m != request);
+                }
                 if failed {
+                    // Marked down before the gate opens.
                     if s.reply_for(replica, press).is_some() {
                         s.taken_down_answering = true;
                     }
                     s.mark_down(node);
                 }
-                let next = match (failed, g) {
-                    // 0.1.0: failed over, then tried again elsewhere...
-                    (
-                        true,
-                        Guards {
-                            retry_only_unsent: false,
-                            ..
-                        },
-                    ) => press::Next::Again,
-                    // ... and a spared node's silence answered 503.
-                    (
-                        false,
-                        Guards {
-                            unknown_is_504: false,
-                            ..
-                        },
-                    ) => {
-                        s.answer(replica, press, Answer::NotCounted);
-                        return Some(s);
-                    }
-                    (true, _) => press::next(Heard::Failed { sent: true }, 0),
-                    (false, _) => press::next(Heard::Spared { sent: true }, 0),
+                s.replicas[replica as usize].in_gate[node as usize] -= 1;
+                let heard = match failed {
+                    true => Heard::Failed { sent },
+                    false => Heard::Spared { sent },
                 };
+                let mut next = press::next(heard, base);
+                if sent && failed && !g.retry_only_unsent {
+                    // 0.1.0: failed over, then tried again elsewhere...
+                    next = press::Next::Again;
+                }
+                if sent && !failed && !g.unknown_is_504 {
+                    // ... and a spared node's silence answered 503.
+                    s.answer(replica, press, Answer::NotCounted);
+                    return Some(s);
+                }
+                if next == press::Next::Again && !failed {
+                    // Spared, not sent: queued again on the same mapping
+                    // (`requeue`).
+                    let send = Step::Send {
+                        node,
+                        base,
+                        epoch,
+                        mark,
+                    };
+                    s.set_step(replica, press, Some(send));
+                    return Some(s);
+                }
                 s.go_on(replica, press, next);
                 // A reply that comes later is read by nobody.
             }
@@ -908,7 +959,11 @@ impl Model for Protocol {
                             s.presses[press as usize].era = s.failovers + s.restarts;
                             Some(s.count[n])
                         };
-                        if !s.dead[replica as usize] {
+                        // To the press's connection: gone with a replica
+                        // killed meanwhile, or read by nobody once its
+                        // timer fired.
+                        let waiting = matches!(s.work(replica, press), Some(Step::Waiting { .. }));
+                        if waiting {
                             s.send(Msg::Reply {
                                 press,
                                 replica,
@@ -1027,11 +1082,15 @@ impl Model for Protocol {
                 s.honour_fences(replica);
             }
             Action::RedisSaves => s.snapshot = Some(s.redis()),
-            Action::RedisRollsBack => {
+            Action::RedisRollsBack { part } => {
                 let snapshot = s.snapshot?;
-                s.come_back_on(snapshot, g);
+                s.come_back_on(snapshot, part, g);
             }
-            Action::RedisRestartsEmpty => s.come_back_on(Snapshot::EMPTY, g),
+            Action::RedisRestartsEmpty => {
+                // Its files are lost too.
+                s.snapshot = None;
+                s.come_back_on(Snapshot::EMPTY, Part::Whole, g);
+            }
             Action::CleanTimer => {
                 let Cleaner::Sent { node, token } = s.cleaner else {
                     return None;

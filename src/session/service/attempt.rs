@@ -241,6 +241,17 @@ impl SessionService {
             .await;
     }
 
+    /// Fails `entry` over in the background: a press that may have been
+    /// counted there answers 504 now, and does not wait for the failover.
+    pub(super) fn fail_over_later(&self, entry: &NodeEntry) {
+        let (registry, node) = (self.registry.clone(), entry.address.clone());
+        tokio::spawn(async move {
+            if let Err(error) = registry.fail_over(&node).await {
+                warn!(%node, %error, "failover did not complete; presses retry it");
+            }
+        });
+    }
+
     /// A fencing node refused a press: it has done a clean (token `fence`)
     /// newer than the epoch this replica knows. Learned from the registry
     /// when the clean is recorded there; while one is under way (its fence

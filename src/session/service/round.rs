@@ -198,47 +198,24 @@ impl SessionService {
         attempt: Attempt,
     ) -> Result<Next, PressError> {
         let heard = attempt.heard();
+        let failed = matches!(attempt, Attempt::Failed(..));
         if let Attempt::Failed(error, _) = &attempt {
-            self.mark_failed(&entry, round.id, error).await;
+            Box::pin(self.mark_failed(&entry, round.id, error)).await;
         }
         match press::next(heard, current.base) {
             press::Next::Answer(clicks) => Ok(Next::Answer(Pressed {
                 clicks,
                 node: entry,
             })),
-            press::Next::Unknown => Err(self.unknown(round.id, &entry, attempt)),
+            press::Next::Unknown => {
+                if failed {
+                    // This press is over; its node is failed over apart.
+                    self.fail_over_later(&entry);
+                }
+                Err(unknown(round.id, &entry, attempt))
+            }
             press::Next::Again => self.again(round, entry, current, attempt).await,
         }
-    }
-
-    /// 504: the node may have counted the press.
-    fn unknown(&self, id: &str, entry: &NodeEntry, attempt: Attempt) -> PressError {
-        let node = entry.address.clone();
-        let source = match attempt {
-            Attempt::Served { .. } => {
-                warn!(%node, session = %logged(id), "the node was failed over while this replica was silent; its count is not shown");
-                return PressError::FailedOverMeanwhile { node };
-            }
-            Attempt::Failed(error, _) => {
-                // Failed over in the background: this press is over.
-                let registry = self.registry.clone();
-                let failed = node.clone();
-                tokio::spawn(async move {
-                    if let Err(error) = registry.fail_over(&failed).await {
-                        warn!(node = %failed, %error, "failover did not complete; presses retry it");
-                    }
-                });
-                error
-            }
-            Attempt::Spared { error, why } => {
-                warn!(%node, %error, why = why.as_str(), "press not answered; the node stays up");
-                error
-            }
-            Attempt::Abandoned { .. } => NodeCallError::Abandoned,
-            // Never 504 by the rule: nothing was counted.
-            Attempt::Refused { fence } => NodeCallError::StaleEpoch { fence },
-        };
-        PressError::OutcomeUnknown { node, source }
     }
 
     /// Another round: nothing was counted. A fencing refusal reads the
@@ -278,7 +255,7 @@ impl SessionService {
                 held
             }
             // Never another round by the rule: the node counted it.
-            served @ Attempt::Served { .. } => return Err(self.unknown(id, &entry, served)),
+            served @ Attempt::Served { .. } => return Err(unknown(id, &entry, served)),
         };
         drop(held);
         self.cache.forget(id);
@@ -287,6 +264,26 @@ impl SessionService {
         self.reread(round).await?;
         Ok(Next::Again)
     }
+}
+
+/// 504: the node may have counted the press.
+fn unknown(id: &str, entry: &NodeEntry, attempt: Attempt) -> PressError {
+    let node = entry.address.clone();
+    let source = match attempt {
+        Attempt::Served { .. } => {
+            warn!(%node, session = %logged(id), "the node was failed over while this replica was silent; its count is not shown");
+            return PressError::FailedOverMeanwhile { node };
+        }
+        Attempt::Failed(error, _) => error,
+        Attempt::Spared { error, why } => {
+            warn!(%node, %error, why = why.as_str(), "press not answered; the node stays up");
+            error
+        }
+        Attempt::Abandoned { .. } => NodeCallError::Abandoned,
+        // Never 504 by the rule: nothing was counted.
+        Attempt::Refused { fence } => NodeCallError::StaleEpoch { fence },
+    };
+    PressError::OutcomeUnknown { node, source }
 }
 
 /// Spared, and provably not sent: the node's backlog refused the

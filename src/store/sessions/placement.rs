@@ -79,6 +79,21 @@ struct Mapped {
     created: bool,
 }
 
+impl Mapped {
+    /// The placement, its node known by `address`.
+    fn at(self, address: &str) -> Placement {
+        let mapping = Mapping {
+            node: address.to_owned(),
+            base: self.base,
+            expires_at_ms: self.expires_at_ms,
+        };
+        Placement {
+            mapping,
+            created: self.created,
+        }
+    }
+}
+
 /// What Redis decided for one session.
 enum Decided {
     Mapped(Mapped),
@@ -150,13 +165,7 @@ impl Sessions {
                 attempts += 1;
                 continue;
             };
-            let mapping = Mapping {
-                node: address.to_string(),
-                base: mapped.base,
-                expires_at_ms: mapped.expires_at_ms,
-            };
-            let created = mapped.created;
-            return Ok(Placed::Placed(Placement { mapping, created }));
+            return Ok(Placed::Placed(mapped.at(&address)));
         }
         Err(mapped_to_unknown_node())
     }
