@@ -1141,7 +1141,34 @@ impl Model for Protocol {
             Property::always("no node is taken down while it answers", |_, s: &State| {
                 !s.taken_down_answering
             }),
+            // Stateright checks `eventually` on acyclic paths only, and
+            // retries make cycles: what is checked is that no state leaves
+            // a press under way with nothing able to move (a deadlock).
+            Property::always("a press under way can always go on", |m, s: &State| {
+                s.outstanding() == 0 || m.can_go_on(s)
+            }),
         ]
+    }
+}
+
+impl Protocol {
+    /// Whether a step other than a fault or a new press is possible: a
+    /// timer, an answer, a clean's next step, a paused replica resuming.
+    fn can_go_on(&self, s: &State) -> bool {
+        let mut enabled = Vec::new();
+        self.actions(s, &mut enabled);
+        enabled.iter().any(|action| {
+            !matches!(
+                action,
+                Action::ClientPress { .. }
+                    | Action::NodeRestarts { .. }
+                    | Action::ReplicaDies { .. }
+                    | Action::LeaseLapses { .. }
+                    | Action::RedisSaves
+                    | Action::RedisRollsBack { .. }
+                    | Action::RedisRestartsEmpty
+            )
+        })
     }
 }
 
@@ -1192,5 +1219,42 @@ fn revoke_all(s: &mut State) {
         if *token == Token::Issued {
             *token = Token::Revoked;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A press that waits at a gate closed for a fence no cleaner holds
+    /// is stuck for ever: the property says so.
+    #[test]
+    fn a_press_at_a_gate_no_clean_will_open_cannot_go_on() {
+        let protocol = Protocol {
+            guards: Guards::ALL,
+            presses: 1,
+            outstanding: 1,
+            cleans: 0,
+            restarts: 0,
+            rollbacks: 0,
+            crashes: 0,
+            lapses: 0,
+        };
+        let mut s = protocol.init_states().remove(0);
+        s.presses.push(Press {
+            answer: None,
+            counted: 0,
+            era: 0,
+        });
+        let send = Step::Send {
+            node: 0,
+            base: 0,
+            epoch: 0,
+            mark: 0,
+        };
+        s.set_step(0, 0, Some(send));
+        assert!(protocol.can_go_on(&s), "an open gate lets it go on");
+        s.replicas[0].gate_closed[0] = true;
+        assert!(!protocol.can_go_on(&s));
     }
 }

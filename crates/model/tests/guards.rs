@@ -169,7 +169,10 @@ fn a_placement_on_a_base_folded_before_the_last_unmap_repeats_an_answer() {
 }
 
 #[test]
-fn the_code_of_0_1_0_breaks_every_property() {
-    let report = check(bounds(Guards::NONE, 2));
+fn the_code_of_0_1_0_breaks_every_property_of_the_counts() {
+    // Without the restart: its retries alone make millions of states.
+    let report = check(without_restarts(Guards::NONE, 2));
     assert_eq!(broken(&report).len(), 6, "{:?}", broken(&report));
+    // It stalled for seconds, never for ever.
+    assert!(!broken(&report).contains(&"a press under way can always go on"));
 }
