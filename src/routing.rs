@@ -2,6 +2,7 @@
 //! request goes to the node `STRATEGY` picks, keyed by `user_id` (by the
 //! client address for `ip-hash`), and the node's answer comes back as is.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use balancing::{hash_key, StrategyKind};
@@ -12,7 +13,7 @@ use tracing::{debug, warn};
 use crate::archive::events::Actor;
 use crate::clock::mono_ms;
 use crate::cluster::NodeRegistry;
-use crate::nodes::{NodeCallError, NodeClient, Selector};
+use crate::nodes::{NodeCallError, NodeClient, NodeEntry, Selector};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RouteError {
@@ -100,15 +101,7 @@ impl ProcessRouter {
             };
             let sent_at = mono_ms();
             let answer = self.client.get(&entry.address, path_and_query).await;
-            let outcome = if answer.is_ok() { "ok" } else { "error" };
-            metrics::counter!(
-                "nodes_control_process_requests_total",
-                "strategy" => self.selector.kind().as_str(),
-                "address" => entry.address.clone(),
-                "name" => entry.name.clone(),
-                "outcome" => outcome,
-            )
-            .increment(1);
+            self.count(&entry, answer.is_ok());
             match answer {
                 Ok(answer) => {
                     entry.evidence.answered();
@@ -120,49 +113,66 @@ impl ProcessRouter {
                         served_by: entry.served_by.clone(),
                     });
                 }
-                Err(source) if !source.is_node_fault() => {
-                    return Err(RouteError::BadRequest(source.to_string()));
-                }
-                Err(source)
-                    if self
-                        .registry
-                        .table()
-                        .spare(&entry, &source, sent_at)
-                        .is_some() =>
-                {
-                    entry.link.limit.saturated(None);
-                    warn!(node = %entry.address, error = %source, "/process timed out on a node that stays up");
-                    return Err(RouteError::Busy(entry.address.clone()));
-                }
-                Err(source)
-                    if source.is_inconclusive()
-                        && !self
-                            .registry
-                            .mark_down_unless_last(
-                                &entry,
-                                Actor::PressFailure,
-                                &format!("/process failed: {source}"),
-                            )
-                            .await =>
-                {
-                    return Err(RouteError::Busy(entry.address.clone()));
-                }
-                Err(source) => {
-                    warn!(node = %entry.address, error = %source, "/process failed; node marked down");
-                    self.registry
-                        .mark_down(
-                            &entry,
-                            Actor::PressFailure,
-                            &format!("/process failed: {source}"),
-                        )
-                        .await;
-                    last = Some(RouteError::NodeFailed {
-                        node: entry.address.clone(),
-                        source,
-                    });
-                }
+                Err(source) => match self.failed(&entry, source, sent_at).await {
+                    ControlFlow::Break(error) => return Err(error),
+                    ControlFlow::Continue(error) => last = Some(error),
+                },
             }
         }
         Err(last.unwrap_or(RouteError::NoNode))
+    }
+
+    fn count(&self, entry: &NodeEntry, ok: bool) {
+        metrics::counter!(
+            "nodes_control_process_requests_total",
+            "strategy" => self.selector.kind().as_str(),
+            "address" => entry.address.clone(),
+            "name" => entry.name.clone(),
+            "outcome" => if ok { "ok" } else { "error" },
+        )
+        .increment(1);
+    }
+
+    /// What a failed `/process` makes of its node, as a press's failure
+    /// does: a bad request of ours ends it, a node spared (alive but slow,
+    /// or the last one up) answers busy, a node that failed is marked down
+    /// and the request goes to the next node (`Continue`).
+    async fn failed(
+        &self,
+        entry: &NodeEntry,
+        source: NodeCallError,
+        sent_at: u64,
+    ) -> ControlFlow<RouteError, RouteError> {
+        let reason = format!("/process failed: {source}");
+        if !source.is_node_fault() {
+            return ControlFlow::Break(RouteError::BadRequest(source.to_string()));
+        }
+        if self
+            .registry
+            .table()
+            .spare(entry, &source, sent_at)
+            .is_some()
+        {
+            entry.link.limit.saturated(None);
+            warn!(node = %entry.address, error = %source, "/process timed out on a node that stays up");
+            return ControlFlow::Break(RouteError::Busy(entry.address.clone()));
+        }
+        if source.is_inconclusive() {
+            let marked = self
+                .registry
+                .mark_down_unless_last(entry, Actor::PressFailure, &reason);
+            if !marked.await {
+                return ControlFlow::Break(RouteError::Busy(entry.address.clone()));
+            }
+        } else {
+            self.registry
+                .mark_down(entry, Actor::PressFailure, &reason)
+                .await;
+        }
+        warn!(node = %entry.address, error = %source, "/process failed; node marked down");
+        ControlFlow::Continue(RouteError::NodeFailed {
+            node: entry.address.clone(),
+            source,
+        })
     }
 }

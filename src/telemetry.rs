@@ -61,109 +61,122 @@ pub fn metrics_handle(health_interval: Duration) -> PrometheusHandle {
         .clone()
 }
 
+/// Counters exported from the start, at 0: an alert on their rate works
+/// before the first event.
+const COUNTERS: &[(&str, &str)] = &[
+    (
+        "nodes_control_sessions_placed_total",
+        "New sessions placed on a node.",
+    ),
+    (
+        "nodes_control_failovers_total",
+        "Presses that moved their session off a failed node.",
+    ),
+    (
+        "nodes_control_nodes_marked_down_total",
+        "Times a node was declared down (by a press, a clean or the health checker).",
+    ),
+    (
+        "nodes_control_sessions_expired_total",
+        "Sessions archived and unmapped by the expiry sweep.",
+    ),
+    (
+        "nodes_control_sessions_failed_over_total",
+        "Sessions moved off failed nodes.",
+    ),
+    (
+        "nodes_control_registry_rebuilds_total",
+        "Rebuilds of the registry after Redis lost its data.",
+    ),
+    (
+        "nodes_control_presses_refused_total",
+        "Presses a fencing node refused, uncounted, as read before its last clean (read again and sent anew).",
+    ),
+    (
+        "nodes_control_redis_slot_retries_total",
+        "Redis Cluster calls retried because their slot was moving or its primary changing (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, MASTERDOWN, LOADING).",
+    ),
+];
+
+/// Counters whose series are labelled (by node, outcome, action, ...).
+const LABELLED_COUNTERS: &[(&str, &str)] = &[
+    (
+        "nodes_control_presses_total",
+        "Presses answered, by outcome (ok: counted and answered; error: answered with an error).",
+    ),
+    (
+        "nodes_control_task_restarts_total",
+        "Restarts of a background task (health checks, fence watcher, sweep, ...) after it ended.",
+    ),
+    (
+        "nodes_control_node_presses_total",
+        "Presses forwarded to a node, by address, name and outcome (ok, error).",
+    ),
+    (
+        "nodes_control_process_requests_total",
+        "GET /process requests forwarded, by strategy, node address and name, and outcome.",
+    ),
+    (
+        "nodes_control_admin_operations_total",
+        "POST /node commands, by action and result (added, reweighted, unchanged, draining, removed, error).",
+    ),
+];
+
+/// Histograms, all in seconds.
+const HISTOGRAMS: &[(&str, &str)] = &[
+    (
+        "nodes_control_press_duration_seconds",
+        "Time to serve a press, from the parsed request to the node's answer.",
+    ),
+    (
+        "nodes_control_sweep_duration_seconds",
+        "Time one expiry sweep took.",
+    ),
+    (
+        "nodes_control_fence_wait_seconds",
+        "Time from raising a node's clean fence to every live replica's ack, by outcome (acked, failed).",
+    ),
+    (
+        "nodes_control_redis_call_duration_seconds",
+        "Time one Redis call of the balancer took: a command, a script or a pipeline (failures included).",
+    ),
+    (
+        "nodes_control_postgres_call_duration_seconds",
+        "Time one Postgres call of the balancer took (timeouts included).",
+    ),
+];
+
+const GAUGES: &[(&str, &str)] = &[
+    (
+        "nodes_control_node_healthy",
+        "1 if the node answered its last health probe (0 while it is down), by address and name.",
+    ),
+    (
+        "nodes_control_node_in_flight",
+        "Presses in flight from this replica to the node, by address and name.",
+    ),
+];
+
 /// `# HELP` and `# TYPE` for every family, and every unlabelled counter
 /// (and each outcome of the labelled ones) at 0 from the start, so a rate or
 /// an alert has a series before the first event.
 fn describe() {
-    let counters: &[(&'static str, &'static str)] = &[
-        (
-            "nodes_control_sessions_placed_total",
-            "New sessions placed on a node.",
-        ),
-        (
-            "nodes_control_failovers_total",
-            "Presses that moved their session off a failed node.",
-        ),
-        (
-            "nodes_control_nodes_marked_down_total",
-            "Times a node was declared down (by a press, a clean or the health checker).",
-        ),
-        (
-            "nodes_control_sessions_expired_total",
-            "Sessions archived and unmapped by the expiry sweep.",
-        ),
-        (
-            "nodes_control_sessions_failed_over_total",
-            "Sessions moved off failed nodes.",
-        ),
-        (
-            "nodes_control_registry_rebuilds_total",
-            "Rebuilds of the registry after Redis lost its data.",
-        ),
-        (
-            "nodes_control_presses_refused_total",
-            "Presses a fencing node refused, uncounted, as read before its last clean (read again and sent anew).",
-        ),
-        (
-            "nodes_control_redis_slot_retries_total",
-            "Redis Cluster calls retried because their slot was moving or its primary changing (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, MASTERDOWN, LOADING).",
-        ),
-    ];
-    for (name, help) in counters {
+    for (name, help) in COUNTERS {
         describe_counter!(*name, Unit::Count, *help);
         metrics::counter!(*name).absolute(0);
     }
-    describe_counter!(
-        "nodes_control_presses_total",
-        Unit::Count,
-        "Presses answered, by outcome (ok: counted and answered; error: answered with an error)."
-    );
+    for (name, help) in LABELLED_COUNTERS {
+        describe_counter!(*name, Unit::Count, *help);
+    }
     for outcome in ["ok", "error"] {
         metrics::counter!("nodes_control_presses_total", "outcome" => outcome).absolute(0);
     }
-    describe_counter!(
-        "nodes_control_task_restarts_total",
-        Unit::Count,
-        "Restarts of a background task (health checks, fence watcher, sweep, ...) after it ended."
-    );
-    describe_histogram!(
-        "nodes_control_press_duration_seconds",
-        Unit::Seconds,
-        "Time to serve a press, from the parsed request to the node's answer."
-    );
-    describe_counter!(
-        "nodes_control_node_presses_total",
-        Unit::Count,
-        "Presses forwarded to a node, by address, name and outcome (ok, error)."
-    );
-    describe_counter!(
-        "nodes_control_process_requests_total",
-        Unit::Count,
-        "GET /process requests forwarded, by strategy, node address and name, and outcome."
-    );
-    describe_counter!(
-        "nodes_control_admin_operations_total",
-        Unit::Count,
-        "POST /node commands, by action and result (added, reweighted, unchanged, draining, removed, error)."
-    );
-    describe_histogram!(
-        "nodes_control_sweep_duration_seconds",
-        Unit::Seconds,
-        "Time one expiry sweep took."
-    );
-    describe_histogram!(
-        "nodes_control_fence_wait_seconds",
-        Unit::Seconds,
-        "Time from raising a node's clean fence to every live replica's ack, by outcome (acked, failed)."
-    );
-    describe_histogram!(
-        "nodes_control_redis_call_duration_seconds",
-        Unit::Seconds,
-        "Time one Redis call of the balancer took: a command, a script or a pipeline (failures included)."
-    );
-    describe_histogram!(
-        "nodes_control_postgres_call_duration_seconds",
-        Unit::Seconds,
-        "Time one Postgres call of the balancer took (timeouts included)."
-    );
-    describe_gauge!(
-        "nodes_control_node_healthy",
-        "1 if the node answered its last health probe (0 while it is down), by address and name."
-    );
-    describe_gauge!(
-        "nodes_control_node_in_flight",
-        "Presses in flight from this replica to the node, by address and name."
-    );
+    for (name, help) in HISTOGRAMS {
+        describe_histogram!(*name, Unit::Seconds, *help);
+    }
+    for (name, help) in GAUGES {
+        describe_gauge!(*name, *help);
+    }
 }
 
 /// `text` (Prometheus' text format) without the samples whose `address`

@@ -9,10 +9,11 @@ use tracing::{info, warn};
 
 use crate::archive::events::{Actor, NodeEvent};
 use crate::archive::Archive;
+use crate::lifecycle::cleaner::Wiped;
 use crate::lifecycle::detached::Detached;
 use crate::lifecycle::down::record_marked_down;
 use crate::lifecycle::{CleanError, NodeCleaner};
-use crate::nodes::client::NodeClient;
+use crate::nodes::client::{NodeClient, NodeHealth};
 use crate::nodes::table::{NodeEntry, NodeTable};
 use crate::store::{NodeLock, LOCK_WAIT};
 use crate::store::{NodeState, StateChange, Store, StoreError};
@@ -228,78 +229,7 @@ impl NodeRegistry {
             node: addr.to_owned(),
         };
         let this = self.clone();
-        let work = move |lock: NodeLock| async move {
-            let addr = lock.node();
-            match this.store().nodes.get_node(addr).await? {
-                Some(record) if record.state == NodeState::Down => {}
-                _ => return Ok(false),
-            }
-            let wiped = match this.cleaner.wipe(&lock).await {
-                Ok(wiped) => wiped,
-                Err(error) => {
-                    warn!(node = %addr, %error, "could not wipe the recovered node; it stays down");
-                    return Ok(false);
-                }
-            };
-            // It may have come back as another program: detect again. What
-            // a node offers (fencing above all) is only ever recorded from
-            // its answer: one that does not give it now stays down until
-            // the next check, not brought up offering nothing (hole 5).
-            let health = match this.client().detect(addr).await {
-                Ok(health) => health,
-                Err(error) => {
-                    warn!(node = %addr, %error, "the recovered node did not say what it offers; it stays down");
-                    return Ok(false);
-                }
-            };
-            let mut offers = health.offers;
-            offers.selective_clean |= wiped.selective;
-            let (state, reason) = match this.store().nodes.drain_until(addr).await? {
-                Some(_) => (
-                    NodeState::Draining,
-                    "answered its health checks again; its counts are stale: wiped; still draining",
-                ),
-                None => (
-                    NodeState::Up,
-                    "answered its health checks again; its counts are stale: wiped",
-                ),
-            };
-            let reason = format!("{reason}; {}", offers.describe());
-            let dropped = wiped.dropped;
-            // Postgres first, with the instance: a rebuild restores what
-            // the node says now, not what it said before it restarted.
-            // Only while the node is still ours: a recovery that resumed
-            // after another operation failed the node again brings nothing
-            // back up (the state change below is conditioned on the lock).
-            lock.lock().check_held(&this.store().locks).await?;
-            this.archive()
-                .set_member_recovered(addr, state.as_str(), health.instance.as_deref())
-                .await?;
-            this.store()
-                .nodes
-                .set_node_notes(addr, "", health.instance.as_deref())
-                .await?;
-            this.store().nodes.set_node_offers(addr, offers).await?;
-            if let Some(old) = this
-                .store()
-                .nodes
-                .set_node_state_locked(lock.lock(), addr, state, &[NodeState::Down])
-                .await?
-            {
-                info!(
-                    node = %addr, from = %old, sessions_dropped = dropped, %reason,
-                    "node recovered and wiped"
-                );
-                this.archive().record(
-                    NodeEvent::new(Actor::HealthCheck, addr, "recovered")
-                        .states(Some(old.as_str()), Some(state.as_str()))
-                        .sessions(dropped as i64)
-                        .reason(reason),
-                );
-            }
-            this.refresh().await?;
-            Ok(true)
-        };
+        let work = move |lock: NodeLock| async move { this.recover_locked(&lock).await };
         self.detached()
             .under_node_lock(
                 self.store().locks.clone(),
@@ -310,5 +240,93 @@ impl NodeRegistry {
                 work,
             )
             .await
+    }
+
+    /// [`recover`](Self::recover) under the node's lock: a node still down
+    /// is wiped, asked what it offers, and brought back.
+    async fn recover_locked(&self, lock: &NodeLock) -> Result<bool, CleanError> {
+        let addr = lock.node();
+        match self.store().nodes.get_node(addr).await? {
+            Some(record) if record.state == NodeState::Down => {}
+            _ => return Ok(false),
+        }
+        let wiped = match self.cleaner.wipe(lock).await {
+            Ok(wiped) => wiped,
+            Err(error) => {
+                warn!(node = %addr, %error, "could not wipe the recovered node; it stays down");
+                return Ok(false);
+            }
+        };
+        // It may have come back as another program: detect again. What
+        // a node offers (fencing above all) is only ever recorded from
+        // its answer: one that does not give it now stays down until
+        // the next check, not brought up offering nothing (hole 5).
+        let health = match self.client().detect(addr).await {
+            Ok(health) => health,
+            Err(error) => {
+                warn!(node = %addr, %error, "the recovered node did not say what it offers; it stays down");
+                return Ok(false);
+            }
+        };
+        self.bring_back(lock, wiped, health).await?;
+        Ok(true)
+    }
+
+    /// Records a wiped node up again (or draining, if it was), with what
+    /// it offers now.
+    async fn bring_back(
+        &self,
+        lock: &NodeLock,
+        wiped: Wiped,
+        health: NodeHealth,
+    ) -> Result<(), CleanError> {
+        let addr = lock.node();
+        let mut offers = health.offers;
+        offers.selective_clean |= wiped.selective;
+        let (state, reason) = match self.store().nodes.drain_until(addr).await? {
+            Some(_) => (
+                NodeState::Draining,
+                "answered its health checks again; its counts are stale: wiped; still draining",
+            ),
+            None => (
+                NodeState::Up,
+                "answered its health checks again; its counts are stale: wiped",
+            ),
+        };
+        let reason = format!("{reason}; {}", offers.describe());
+        // Postgres first, with the instance: a rebuild restores what
+        // the node says now, not what it said before it restarted.
+        // Only while the node is still ours: a recovery that resumed
+        // after another operation failed the node again brings nothing
+        // back up (the state change below is conditioned on the lock).
+        lock.lock().check_held(&self.store().locks).await?;
+        let instance = health.instance.as_deref();
+        self.archive()
+            .set_member_recovered(addr, state.as_str(), instance)
+            .await?;
+        self.store()
+            .nodes
+            .set_node_notes(addr, "", instance)
+            .await?;
+        self.store().nodes.set_node_offers(addr, offers).await?;
+        let changed =
+            self.store()
+                .nodes
+                .set_node_state_locked(lock.lock(), addr, state, &[NodeState::Down]);
+        if let Some(old) = changed.await? {
+            let dropped = wiped.dropped;
+            info!(
+                node = %addr, from = %old, sessions_dropped = dropped, %reason,
+                "node recovered and wiped"
+            );
+            self.archive().record(
+                NodeEvent::new(Actor::HealthCheck, addr, "recovered")
+                    .states(Some(old.as_str()), Some(state.as_str()))
+                    .sessions(dropped as i64)
+                    .reason(reason),
+            );
+        }
+        self.refresh().await?;
+        Ok(())
     }
 }

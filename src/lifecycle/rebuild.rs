@@ -261,33 +261,7 @@ impl Rebuilder {
                     offers: offers.unwrap_or_default(),
                     epoch,
                 };
-                if self.store().nodes.register_node(&record, true).await? == Some(false) {
-                    // The control slot remembered the node (a group forgot):
-                    // it starts over all the same, with nothing mapped.
-                    self.store().nodes.set_node_state(&addr, state, &[]).await?;
-                }
-                // Open to new sessions as it is up (a failover of the node
-                // may have closed it in a group after the groups were wiped).
-                if state == NodeState::Up {
-                    self.store().sessions.open_to_new_sessions(&addr).await?;
-                } else {
-                    self.store().sessions.close_to_new_sessions(&addr).await?;
-                }
-                self.store()
-                    .nodes
-                    .set_node_offers(&addr, record.offers)
-                    .await?;
-                self.store().nodes.set_node_epoch(&addr, epoch).await?;
-                self.store()
-                    .sessions
-                    .tally(std::slice::from_ref(&record))
-                    .await?;
-                if draining {
-                    self.store()
-                        .nodes
-                        .set_drain_until(&addr, crate::clock::wall_ms())
-                        .await?;
-                }
+                self.register_restored(&record, draining).await?;
                 self.table().upsert(&record);
                 let mut event = NodeEvent::new(Actor::Rebuild, &addr, "rebuilt")
                     .states(Some(member.state.as_str()), Some(state.as_str()));
@@ -299,6 +273,48 @@ impl Rebuilder {
             },
         )
         .await
+    }
+
+    /// Writes a restored node into the registry: its record, whether it
+    /// is open to new sessions, what it offers, its epoch, its session
+    /// count, and its drain.
+    async fn register_restored(
+        &self,
+        record: &NodeRecord,
+        draining: bool,
+    ) -> Result<(), CleanError> {
+        let (addr, state) = (record.address.as_str(), record.state);
+        if self.store().nodes.register_node(record, true).await? == Some(false) {
+            // The control slot remembered the node (a group forgot):
+            // it starts over all the same, with nothing mapped.
+            self.store().nodes.set_node_state(addr, state, &[]).await?;
+        }
+        // Open to new sessions as it is up (a failover of the node
+        // may have closed it in a group after the groups were wiped).
+        if state == NodeState::Up {
+            self.store().sessions.open_to_new_sessions(addr).await?;
+        } else {
+            self.store().sessions.close_to_new_sessions(addr).await?;
+        }
+        self.store()
+            .nodes
+            .set_node_offers(addr, record.offers)
+            .await?;
+        self.store()
+            .nodes
+            .set_node_epoch(addr, record.epoch)
+            .await?;
+        self.store()
+            .sessions
+            .tally(std::slice::from_ref(record))
+            .await?;
+        if draining {
+            self.store()
+                .nodes
+                .set_drain_until(addr, crate::clock::wall_ms())
+                .await?;
+        }
+        Ok(())
     }
 
     /// Checks every second until cancelled. A layout this release does
