@@ -171,31 +171,7 @@ impl Sessions {
             lock_key
         };
         let calls = parts.into_iter().map(|(leaving, rebased)| {
-            let mut invocation = self.scripts.unmap.prepare_invoke();
-            let ids = || {
-                leaving
-                    .iter()
-                    .map(|entry| entry_id(entry))
-                    .chain(rebased.iter().map(|(id, _)| id.as_str()))
-            };
-            let keys = self.session_keys(number, ids());
-            keys.declare(&mut invocation);
-            invocation
-                .arg(guard.as_str())
-                .arg(token.as_str())
-                .arg(number)
-                .arg(leaving.len());
-            let (leaving_keys, rebased_keys) = keys.of.split_at(leaving.len());
-            for (entry, (bucket, indexes)) in leaving.iter().zip(leaving_keys) {
-                invocation.arg(entry.as_str()).arg(*bucket).arg(*indexes);
-            }
-            for ((id, base), (bucket, indexes)) in rebased.iter().zip(rebased_keys) {
-                invocation
-                    .arg(id.as_str())
-                    .arg(*base)
-                    .arg(*bucket)
-                    .arg(*indexes);
-            }
+            let invocation = self.unmap_invocation(number, &guard, &token, &leaving, &rebased);
             async move {
                 invocation
                     .invoke_async::<Vec<String>>(&mut self.conn())
@@ -220,6 +196,43 @@ impl Sessions {
             }
         }
         (unmapped, None)
+    }
+
+    /// One call of `unmap.lua`: the sessions' keys by their places in KEYS,
+    /// then for each leaving session its list entry, for each re-based one
+    /// its id and new base.
+    fn unmap_invocation<'a>(
+        &'a self,
+        number: u64,
+        guard: &str,
+        token: &str,
+        leaving: &[&String],
+        rebased: &[&(String, i64)],
+    ) -> redis::ScriptInvocation<'a> {
+        let mut invocation = self.scripts.unmap.prepare_invoke();
+        let ids = leaving
+            .iter()
+            .map(|entry| entry_id(entry))
+            .chain(rebased.iter().map(|(id, _)| id.as_str()));
+        let keys = self.session_keys(number, ids);
+        keys.declare(&mut invocation);
+        invocation
+            .arg(guard)
+            .arg(token)
+            .arg(number)
+            .arg(leaving.len());
+        let (leaving_keys, rebased_keys) = keys.of.split_at(leaving.len());
+        for (entry, (bucket, indexes)) in leaving.iter().zip(leaving_keys) {
+            invocation.arg(entry.as_str()).arg(*bucket).arg(*indexes);
+        }
+        for ((id, base), (bucket, indexes)) in rebased.iter().zip(rebased_keys) {
+            invocation
+                .arg(id.as_str())
+                .arg(*base)
+                .arg(*bucket)
+                .arg(*indexes);
+        }
+        invocation
     }
 }
 
