@@ -188,7 +188,7 @@ pub struct Replica {
     /// ...and the mark at which each node's gate last opened: a press that
     /// read its mapping before reads it again (`cleaned_since`).
     pub cleaned_at: [u8; NODES],
-    /// How often its lease lapsed (`Lease::lapses`).
+    /// How often its lease lapsed (`Lease::contact`, its gaps).
     pub lapses: u8,
 }
 
@@ -304,7 +304,7 @@ pub struct State {
 pub enum Action {
     /// The client presses through `replica`.
     ClientPress { replica: u8 },
-    /// `SessionStore::lookup` (one `HGET`).
+    /// `Sessions::lookup` (one `HGET`).
     Lookup { replica: u8, press: u8 },
     /// `Archive::fold_one`: the session's archived clicks.
     FoldOne { replica: u8, press: u8 },
@@ -437,7 +437,7 @@ impl State {
     }
 
     /// Marks `node` down (`mark_down_unless_last` is not modelled: with one
-    /// session the last node going down only stalls it).
+    /// session the last node going down only answers its presses 503).
     fn mark_down(&mut self, node: u8) {
         self.down[node as usize] = true;
     }
@@ -765,9 +765,6 @@ impl Model for Protocol {
                 else {
                     return None;
                 };
-                if s.mapping.is_none() && s.down[node as usize] {
-                    return None; // the script chooses among up nodes only
-                }
                 let chosen = (!s.down[node as usize]).then_some(node);
                 let placed = placement::place(
                     s.mapping,
@@ -777,7 +774,15 @@ impl Model for Protocol {
                     base,
                     g.base_guard,
                 );
-                let step = match placed? {
+                let Some(placed) = placed else {
+                    if s.down.iter().all(|down| *down) {
+                        // No node up: `Placed::NoNode`, 503.
+                        s.answer(replica, press, Answer::NotCounted);
+                        return Some(s);
+                    }
+                    return None; // the script chooses among up nodes only
+                };
+                let step = match placed {
                     Placed::Stale => Step::Fold,
                     Placed::Created { node, base } => {
                         s.mapping = Some((node, base));
@@ -1158,7 +1163,7 @@ impl Protocol {
         let mut enabled = Vec::new();
         self.actions(s, &mut enabled);
         enabled.iter().any(|action| {
-            !matches!(
+            let progress = !matches!(
                 action,
                 Action::ClientPress { .. }
                     | Action::NodeRestarts { .. }
@@ -1167,7 +1172,9 @@ impl Protocol {
                     | Action::RedisSaves
                     | Action::RedisRollsBack { .. }
                     | Action::RedisRestartsEmpty
-            )
+            );
+            // Listed is not possible: `next_state` may refuse it.
+            progress && self.next_state(s, *action).is_some()
         })
     }
 }

@@ -7,7 +7,7 @@ use model::{check, Guards, Protocol, Report};
 /// Two replicas, two nodes, one session, `presses` presses (two at once),
 /// one clean with archive, a failover of each node and one node restart.
 /// Two presses find every hole; three are checked with every guard in
-/// (5.3 million states).
+/// (5.5 million states).
 fn bounds(guards: Guards, presses: u8) -> Protocol {
     Protocol {
         guards,

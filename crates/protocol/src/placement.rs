@@ -21,8 +21,8 @@ pub enum Placed {
 
 /// `place.lua` on `mapping`, for a base folded when the archive was at
 /// `folded_at`, the group last unmapping at `unmapped_at`, on `chosen`
-/// (an up node; `None` when none is up: nothing is placed and the press
-/// waits, even where a mapping stands). A cluster's replica chooses the
+/// (an up node; `None` when none is up: nothing is placed, even where a
+/// mapping stands, and the press answers 503 `no_node_available`). A cluster's replica chooses the
 /// node before `claim.lua` runs, and `place.lua` decides in the same order.
 pub fn place(
     mapping: Mapping,

@@ -14,12 +14,14 @@ pub enum Heard<T> {
     /// A fencing node refused it, uncounted: it cleaned the session after
     /// the mapping was read.
     Refused,
-    /// No answer, and the node failed: judged so by this replica's timer
-    /// (marked down before its gate opens), or declared down by another.
-    /// `sent`: a byte of the press may have reached the node.
+    /// No answer, and the node failed: judged so by this replica (its
+    /// timer, a refused connect, a reset, a bad answer; marked down before
+    /// its gate opens), or declared down by another. `sent`: a byte of the
+    /// press may have reached the node.
     Failed { sent: bool },
-    /// No answer in time from a node that is spared (it answers others,
-    /// or it is the last one up): it stays up. `sent` as for `Failed`.
+    /// No answer in time (or a gateway's 502 or 503) from a node that is
+    /// spared (it answers others, or it is the last one up): it stays up.
+    /// `sent` as for `Failed`.
     Spared { sent: bool },
 }
 
@@ -31,8 +33,9 @@ pub enum Next<T> {
     Answer(T),
     /// 504: the node took the press and its outcome is unknown.
     Unknown,
-    /// Nothing was counted: the mapping is read again (a failed node is
-    /// failed over first) and the press goes round.
+    /// Nothing was counted: the press goes round again, on the mapping
+    /// read anew (a failed node failed over first), or, when the connect
+    /// to a spared node timed out, queued again on the same mapping.
     Again,
 }
 

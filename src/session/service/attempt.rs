@@ -131,7 +131,7 @@ impl SessionService {
         }
     }
 
-    /// `Timer { failed }`: the press failed or timed out; the node is
+    /// `Timer { failed, sent }`: the press failed or timed out; the node is
     /// judged failed (marked down by the caller, the gate still held) or
     /// spared: alive but saturated, or the last one up. A press still at a
     /// spared node is carried on.

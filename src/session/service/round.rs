@@ -220,7 +220,7 @@ impl SessionService {
 
     /// Another round: nothing was counted. A fencing refusal reads the
     /// mapping again; a spared node's full backlog queues again; a failed
-    /// node is failed over first (`Timer { failed }`, then `Lookup`).
+    /// node is failed over first (`Timer { failed: true, sent: false }`, then `Lookup`).
     async fn again(
         &self,
         round: &mut Round<'_>,

@@ -36,7 +36,7 @@ local function place(bucket, group_epoch, group, id, base, expires_at, stale, pr
     stale_number = counter.number(stale)
   end
   -- The node first, as a cluster's replica chooses it before claim.lua
-  -- runs: both answer as the model's Place does (model::actions::place).
+  -- runs: both answer as protocol::placement::place (the model's Place).
   local node = choose_node(KEYS[1], stale, preferred)
   if not node then
     return false
