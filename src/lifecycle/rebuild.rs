@@ -235,16 +235,7 @@ impl Rebuilder {
                     false => None,
                 };
                 let answered = offers.is_some();
-                // A node that was draining has just archived every session:
-                // it goes on draining, with nothing left, so it is removed.
-                // (Or, down now, drained before it failed: the drain
-                // outlives the down spell, see `NodeRegistry::recover`.)
-                let draining = member.draining || member.state == NodeState::Draining.as_str();
-                let state = match (answered, draining) {
-                    (true, true) => NodeState::Draining,
-                    (true, false) => NodeState::Up,
-                    (false, _) => NodeState::Down,
-                };
+                let (state, draining) = restored_state(member, answered);
                 self.archive()
                     .set_member_state(&addr, state.as_str())
                     .await?;
@@ -347,4 +338,19 @@ impl Rebuilder {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
+}
+
+/// What a node comes back as after the rebuild's clean, and whether it
+/// drains. A node that was draining has just archived every session: it
+/// goes on draining, with nothing left, so it is removed. (Or, down now,
+/// drained before it failed: the drain outlives the down spell, see
+/// `NodeRegistry::recover`.)
+fn restored_state(member: &Member, answered: bool) -> (NodeState, bool) {
+    let draining = member.draining || member.state == NodeState::Draining.as_str();
+    let state = match (answered, draining) {
+        (true, true) => NodeState::Draining,
+        (true, false) => NodeState::Up,
+        (false, _) => NodeState::Down,
+    };
+    (state, draining)
 }

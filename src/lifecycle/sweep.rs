@@ -37,6 +37,32 @@ pub struct SweepReport {
     pub recovered: usize,
 }
 
+impl SweepReport {
+    /// One node's clean: what it did, or why it is retried next round.
+    fn add(
+        &mut self,
+        node: String,
+        sessions: usize,
+        outcome: Option<Result<CleanReport, CleanError>>,
+    ) {
+        match outcome {
+            Some(Ok(clean)) => {
+                self.expired += clean.expired;
+                self.unmapped += clean.unmapped;
+                self.rebased += clean.rebased;
+            }
+            Some(Err(error)) => {
+                warn!(%node, %error, sessions, "sweep could not clean node; retrying next round");
+                self.failed_nodes.push(node);
+            }
+            None => {
+                warn!(%node, sessions, "sweep gave up waiting for node; retrying next round");
+                self.failed_nodes.push(node);
+            }
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct Sweeper {
     cleaner: NodeCleaner,
@@ -87,18 +113,10 @@ impl Sweeper {
     }
 
     async fn sweep_at(&self, now_ms: i64) -> Result<SweepReport, StoreError> {
-        let mut report = SweepReport::default();
-        // Stale on Redis's clock, which the deadline was set on.
-        let (redis_now, fences) = self.cleaner.store().fences.fences_now().await?;
-        for (node, fence) in fences {
-            if fence.deadline_ms <= redis_now {
-                match self.cleaner.finish_stale(&node, fence.seq).await {
-                    Ok(true) => report.recovered += 1,
-                    Ok(false) => {}
-                    Err(error) => warn!(%node, %error, "could not finish an interrupted clean"),
-                }
-            }
-        }
+        let mut report = SweepReport {
+            recovered: self.finish_stale_fences().await?,
+            ..SweepReport::default()
+        };
         // Each node's indexes, read only as far as `now_ms`.
         let nodes = self.cleaner.store().nodes.list_nodes().await?;
         let reads = nodes.iter().map(|node| {
@@ -119,21 +137,7 @@ impl Sweeper {
             (node, expiring.len(), outcome)
         });
         for (node, sessions, outcome) in futures::future::join_all(cleans).await {
-            match outcome {
-                Some(Ok(clean)) => {
-                    report.expired += clean.expired;
-                    report.unmapped += clean.unmapped;
-                    report.rebased += clean.rebased;
-                }
-                Some(Err(error)) => {
-                    warn!(%node, %error, sessions, "sweep could not clean node; retrying next round");
-                    report.failed_nodes.push(node);
-                }
-                None => {
-                    warn!(%node, sessions, "sweep gave up waiting for node; retrying next round");
-                    report.failed_nodes.push(node);
-                }
-            }
+            report.add(node, sessions, outcome);
         }
         // The counts placement goes by, made exact again (a placement that
         // lost a race, or whose replica died, may have left one too many).
@@ -150,6 +154,24 @@ impl Sweeper {
         }
         metrics::counter!("nodes_control_sessions_expired_total").increment(report.unmapped as u64);
         Ok(report)
+    }
+
+    /// Finishes the cleans whose fences went stale (their cleaner stopped
+    /// past the deadline, on Redis's clock, which set it). Returns how many.
+    async fn finish_stale_fences(&self) -> Result<usize, StoreError> {
+        let (redis_now, fences) = self.cleaner.store().fences.fences_now().await?;
+        let mut recovered = 0;
+        for (node, fence) in fences {
+            if fence.deadline_ms > redis_now {
+                continue;
+            }
+            match self.cleaner.finish_stale(&node, fence.seq).await {
+                Ok(true) => recovered += 1,
+                Ok(false) => {}
+                Err(error) => warn!(%node, %error, "could not finish an interrupted clean"),
+            }
+        }
+        Ok(recovered)
     }
 
     /// Opens the up nodes a group still holds closed to new sessions (on a
