@@ -65,7 +65,7 @@ impl Cluster {
         let mut pause = std::time::Duration::from_millis(20);
         loop {
             match self.call_once(&call).await {
-                Err(error) if moving(&error) && Instant::now() + pause < give_up => {
+                Err(error) if retryable(&error) && Instant::now() + pause < give_up => {
                     metrics::counter!("nodes_control_redis_slot_retries_total").increment(1);
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(std::time::Duration::from_millis(200));
@@ -101,6 +101,15 @@ impl Cluster {
 
 /// How long a call on a cluster is retried while its slot moves.
 const SLOT_MOVE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(4);
+
+/// A call worth making again within [`SLOT_MOVE_PATIENCE`]: a slot on the
+/// move, or a call that timed out twice (once more on a fresh connection):
+/// with every core busy, the slot refreshes that follow a move were seen
+/// to hold lookups past a second each (the reshard tests, four clusters on
+/// two cores). A read is safe to repeat; a script as the `Cluster` notes.
+fn retryable(error: &redis::RedisError) -> bool {
+    moving(error) || error.is_timeout()
+}
 
 /// An answer that says a slot is moving or its primary changing: the same
 /// call succeeds once it has.
