@@ -277,8 +277,33 @@ impl Config {
             grace: Duration::from_secs(self.shutdown_grace_secs),
         }
     }
-    pub fn lease(&self) -> Duration {
-        Duration::from_millis(self.lease_ms)
+    /// Refuses settings whose order the protocol relies on, and warns of
+    /// those that only make answers less telling.
+    pub fn check_order(&self) -> anyhow::Result<()> {
+        let heartbeat = crate::lifecycle::fence::HEARTBEAT;
+        anyhow::ensure!(
+            self.silence().lease() >= heartbeat * 2,
+            "LEASE_MS is {} ms: it must be at least {} ms (two heartbeats), or a single \
+             slow heartbeat lapses the replica's lease and its presses answer 504 replica_paused",
+            self.lease_ms,
+            (heartbeat * 2).as_millis()
+        );
+        let press = crate::session::press_budget(self.node_timeout()) + self.node_timeout();
+        if Duration::from_millis(self.request_timeout_ms) < press {
+            tracing::warn!(
+                request_timeout_ms = self.request_timeout_ms,
+                press_ms = press.as_millis() as u64,
+                "REQUEST_TIMEOUT_MS is shorter than a press may take (4 x NODE_TIMEOUT_MS + 2 s): \
+                 a press it cuts answers 504 request_timeout, where it would have said what happened"
+            );
+        }
+        Ok(())
+    }
+
+    /// The one setting a replica's silence is judged by, on both sides
+    /// (`protocol::silence`).
+    pub fn silence(&self) -> protocol::silence::Silence {
+        protocol::silence::Silence::new(Duration::from_millis(self.lease_ms))
     }
     pub fn archive_timeout(&self) -> Duration {
         Duration::from_millis(self.archive_timeout_ms.max(1))

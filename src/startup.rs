@@ -54,11 +54,12 @@ impl Application {
     /// [`build`](Self::build) with sessions expiring on `clock` (tests move
     /// it forward instead of waiting out a TTL).
     pub async fn build_with_clock(config: Config, clock: Clock) -> anyhow::Result<Self> {
+        config.check_order()?;
         let admin_token = admin_token(&config)?;
         let (store, archive) = connect(&config).await?;
         let client = node_client(&config)?;
         let table = Arc::new(NodeTable::new(config.node_max_in_flight));
-        let lease = Arc::new(Lease::new(config.lease()));
+        let lease = Arc::new(Lease::new(config.silence()));
         // This application's cleans and admin operations, waited for at shutdown.
         let detached = Detached::default();
         let (cleaner, fences) = cleaner_and_fences(

@@ -61,25 +61,15 @@ fn config_on(cluster: &LoopbackCluster) -> nodes_control::Config {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn moving_slots_under_load_answers_every_press_without_a_repeat_or_gap() {
-    // Every press reads its mapping from Redis.
-    moving_slots_under_load(Some(0)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn moving_slots_under_load_with_the_mapping_cache_answers_every_press() {
-    moving_slots_under_load(None).await;
+    moving_slots_under_load().await;
 }
 
 /// Presses of sessions placed before and while every slot they use (and
 /// the control slot) moves to another primary: every answer a 200
 /// (`press_for` fails on any other), none repeated or skipped.
-/// `lease_ms`: the mapping cache's lease (`Some(0)`: no cache).
-async fn moving_slots_under_load(lease_ms: Option<u64>) {
+async fn moving_slots_under_load() {
     let cluster = Arc::new(LoopbackCluster::start());
-    let mut config = config_on(&cluster);
-    if let Some(lease_ms) = lease_ms {
-        config.lease_ms = lease_ms;
-    }
+    let config = config_on(&cluster);
     let first = Arc::new(spawn_app_with(config.clone()).await);
     let _nodes = start_nodes(&first, 3, false).await;
     let apps = vec![first, Arc::new(spawn_app_with(config).await)];

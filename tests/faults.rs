@@ -931,7 +931,7 @@ async fn a_count_read_after_a_lease_lapse_is_not_shown_when_the_session_moved_me
     let env = [
         ("REDIS_KEY_PREFIX", prefix.as_str()),
         ("NODE_TIMEOUT_MS", "500"),
-        ("LEASE_MS", "1000"),
+        ("LEASE_MS", "2000"),
     ];
     let paused = common::process::BalancerProcess::start(&env, std::process::Stdio::null()).await;
     let other = common::process::BalancerProcess::start(&env, std::process::Stdio::null()).await;
@@ -1004,6 +1004,199 @@ async fn a_count_read_after_a_lease_lapse_is_not_shown_when_the_session_moved_me
     assert!(body.contains("replica_paused"), "{body}");
 }
 
+/// Issue 44's hole 1: a replica paused 1.2 s (past a second, short of its
+/// lease) with a press at a fencing node that is stopped too, while the
+/// other replica removes that node. Before, the removal went on without
+/// the paused replica's acknowledgement after a second, the session went
+/// on elsewhere, and the paused replica, resumed, showed the stopped
+/// node's late count again (9 rounds of 13 with `NODE_TIMEOUT_MS` 300).
+/// Now the others wait for a replica until it has lapsed on its own clock
+/// (`protocol::silence`): the removal waits for it, archives the node,
+/// and in ten rounds every session's answers count up one by one. Health
+/// checks are off: a node stopped 1.2 s fails two of them at this node
+/// timeout, and a failover by health check (which the removal then finds)
+/// may rightly lose the node's clicks, repeating answers across it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_paused_across_a_fencing_removal_repeats_no_answer() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let prefix = format!("{}:", unique("removal"));
+    let env = [
+        ("REDIS_KEY_PREFIX", prefix.as_str()),
+        ("NODE_TIMEOUT_MS", "300"),
+        ("HEALTH_CHECK", "off"),
+    ];
+    let paused = common::process::BalancerProcess::start(&env, std::process::Stdio::null()).await;
+    let other = common::process::BalancerProcess::start(&env, std::process::Stdio::null()).await;
+    let nodes = [
+        NodeProcess::start("f1", &database_url()),
+        NodeProcess::start("f2", &database_url()),
+    ];
+    for node in &nodes {
+        other.node("add", &node.address).await;
+    }
+    let mut wrong = Vec::new();
+    for round in 0..10 {
+        let session = unique(&format!("removal{round}"));
+        let first = paused.press(&session).await;
+        assert_eq!(first.status(), 200, "round {round}");
+        let served_by = first.headers()["x-served-by"].to_str().unwrap().to_owned();
+        let node = nodes.iter().find(|n| n.name == served_by).unwrap();
+        let mut shown = vec![testkit::parse_clicks(&first.text().await.unwrap()).unwrap()];
+        node.pause();
+        let late = tokio::spawn({
+            let (http, url, session) = (paused.http().clone(), paused.url.clone(), session.clone());
+            async move {
+                let answer = http
+                    .post(format!("{url}/press"))
+                    .json(&serde_json::json!({ "session_id": session }))
+                    .send()
+                    .await
+                    .unwrap();
+                (answer.status(), answer.text().await.unwrap())
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        paused.pause();
+        let removal = tokio::spawn({
+            let (http, url, address) = (
+                other.http().clone(),
+                other.url.clone(),
+                node.address.clone(),
+            );
+            async move {
+                http.post(format!("{url}/node"))
+                    .bearer_auth(common::ADMIN_TOKEN)
+                    .json(&serde_json::json!({ "action": "remove", "address": address }))
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        node.resume();
+        paused.resume();
+        let (status, body) = late.await.unwrap();
+        if status == 200 {
+            shown.push(testkit::parse_clicks(&body).unwrap());
+        }
+        assert!(
+            removal.await.unwrap().is_success(),
+            "round {round}: removal"
+        );
+        for _ in 0..2 {
+            let answer = other.press(&session).await;
+            if answer.status() == 200 {
+                shown.push(testkit::parse_clicks(&answer.text().await.unwrap()).unwrap());
+            }
+        }
+        // One by one, but for the late press if its outcome was unknown.
+        let expected: Vec<i64> = match status.as_u16() {
+            200 => vec![1, 2, 3, 4],
+            _ => vec![1, 3, 4],
+        };
+        if shown != expected {
+            wrong.push(format!("round {round}: {shown:?} (late press: {status})"));
+        }
+        other.node("add", &node.address).await;
+    }
+    assert!(wrong.is_empty(), "answers not one by one: {wrong:#?}");
+}
+
+/// Issue 44's hole 2: a replica stopped 7 s, three times, with presses in
+/// flight over three nodes that answer in 60 ms, while two busy loops
+/// load the host as a build beside it would. On resuming, the presses'
+/// timers are due and their answers wait in the sockets; a timer is
+/// evidence only over a stretch the replica ran through
+/// (`nodes::deadline::node_silence`), so the answers are read. Before, one
+/// run in six took a live node down (12 of 36 sessions restarted at 1,
+/// 299 clicks lost). Now: every node stays up, every press is answered
+/// 200, and every session is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_stopped_with_presses_in_flight_on_a_busy_host_takes_no_live_node_down() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let prefix = format!("{}:", unique("stopped"));
+    let env = [("REDIS_KEY_PREFIX", prefix.as_str())];
+    let balancer =
+        Arc::new(common::process::BalancerProcess::start(&env, std::process::Stdio::null()).await);
+    let delay = ["--min-delay-ms", "60", "--max-delay-ms", "60"];
+    let nodes = [
+        NodeProcess::start_with("s1", &database_url(), &delay),
+        NodeProcess::start_with("s2", &database_url(), &delay),
+        NodeProcess::start_with("s3", &database_url(), &delay),
+    ];
+    for node in &nodes {
+        balancer.node("add", &node.address).await;
+    }
+    let busy: Vec<std::process::Child> = (0..2)
+        .map(|_| {
+            std::process::Command::new("sh")
+                .args(["-c", "while :; do :; done"])
+                .spawn()
+                .expect("a busy loop starts")
+        })
+        .collect();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tag = unique("stopped");
+    let clients: Vec<_> = (0..18)
+        .map(|client| {
+            let (balancer, stop) = (balancer.clone(), stop.clone());
+            let sessions: Vec<String> = (0..2).map(|i| format!("{tag}-{client}-{i}")).collect();
+            tokio::spawn(async move {
+                let mut logs: Vec<SessionLog> =
+                    sessions.iter().map(|_| SessionLog::default()).collect();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for (session, log) in sessions.iter().zip(&mut logs) {
+                        press_logged(balancer.http(), &balancer.url, session, log).await;
+                    }
+                }
+                sessions.into_iter().zip(logs).collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        balancer.pause();
+        tokio::time::sleep(Duration::from_secs(7)).await;
+        balancer.resume();
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut logs = Vec::new();
+    for client in clients {
+        logs.extend(client.await.unwrap());
+    }
+    for mut child in busy {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let (mut wrong, mut unknown, mut answered) = (Vec::new(), 0, 0);
+    for (session, log) in &logs {
+        wrong.extend(log.wrong(session));
+        unknown += log.answers.iter().filter(|a| a.is_none()).count();
+        answered += log.answers.len();
+    }
+    let listed: Vec<serde_json::Value> = balancer
+        .http()
+        .get(format!("{}/nodes", balancer.url))
+        .bearer_auth(common::ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    println!(
+        "FIGURES scenario=\"replica SIGSTOP 7 s x3, 18 clients, nodes answering in 60 ms, two busy loops\" answered={answered} unknown={unknown} wrong={}",
+        wrong.len()
+    );
+    for node in &listed {
+        assert_eq!(node["state"], "up", "a node was taken down: {listed:#?}");
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    assert_eq!(unknown, 0, "presses whose outcome is unknown");
+}
+
 /// What one closed-loop client of one session saw: each answer in order
 /// (`Some(clicks)` for a 200, `None` for a press whose outcome is unknown:
 /// a 504, or a connection reset by a replica killed with the press).
@@ -1072,10 +1265,13 @@ async fn press_logged(http: &reqwest::Client, url: &str, session: &str, log: &mu
 /// dead one is started again and serves too. Judged per session: no
 /// repeat, no gap but for the presses whose outcome was not shown, never
 /// above the truth, and at the end every session is exact but for those
-/// unknown presses. The survivor's presses never wait for the dead one
-/// (its cleans of fencing nodes wait at most a second for it).
+/// unknown presses. The survivor's presses wait for the dead one at most
+/// as long as its cleans do: until the dead one's heartbeat is `LEASE_MS`
+/// plus a quarter old (`protocol::silence`; 0.2.0 waited a second, before
+/// the dead one had stopped trusting itself).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_killed_under_load_and_started_again_repeats_no_answer_and_stalls_nobody() {
+async fn a_replica_killed_under_load_and_started_again_repeats_no_answer_and_stalls_the_survivor_at_most_the_others_wait(
+) {
     let _turn = ONE_AT_A_TIME.lock().await;
     let prefix = format!("{}:", unique("killed"));
     let env = [
@@ -1170,8 +1366,9 @@ async fn a_replica_killed_under_load_and_started_again_repeats_no_answer_and_sta
     assert!(wrong.is_empty(), "{} wrong: {wrong:#?}", wrong.len());
     // It served all along: every session has answers after the kill.
     assert!(answered > 12 * 10, "only {answered} answers in 14 s");
+    let others_wait = protocol::silence::Silence::new(Duration::from_secs(3)).others_wait();
     assert!(
-        slowest < Duration::from_millis(2500),
+        slowest < others_wait + Duration::from_millis(1500),
         "a press of the survivor took {slowest:?} while the other was dead"
     );
 }

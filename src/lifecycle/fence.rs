@@ -15,32 +15,31 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use protocol::silence::Silence;
 use tokio::sync::{oneshot, Notify};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::cleaner::FENCING_SILENCE;
 use crate::nodes::NodeTable;
 use crate::store::{FenceReason, Fences, NodeState, Nodes, Replicas, Store, StoreResult};
 
 /// How often a replica heartbeats and re-reads the fences without being woken.
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
 
-/// This replica's lease on its cached mappings: fresh while its last
-/// successful contact with the fence channel (a heartbeat and a read of the
-/// fences, timed from when it was *sent*) is younger than `LEASE_MS`.
-/// Cleaners wait out a silent replica for longer than that (see
-/// `NodeCleaner`), so a replica that cannot hear of a fence stops trusting
-/// its cache before anyone acts on the fence without it.
+/// This replica's side of its silence (`protocol::silence`): the lease
+/// is fresh while its last successful contact with the fence channel (a
+/// heartbeat and a read of the fences, timed from when it was *sent*) is
+/// younger than `LEASE_MS`. Past it, the replica trusts neither its cache
+/// nor a count read since, and voids every mapping on its next contact;
+/// cleaners go on without it only later (`Silence::others_wait`).
 #[derive(Debug)]
 pub struct Lease {
     origin: std::time::Instant,
     /// Milliseconds since `origin` of the last successful contact's start,
     /// plus one (0: never).
     renewed: std::sync::atomic::AtomicU64,
-    length: Duration,
-    /// How often this replica was out of touch with the fence channel for
-    /// longer than a fencing clean waits for a silent replica.
+    silence: Silence,
+    /// How often this replica's lease lapsed between two contacts.
     gaps: std::sync::atomic::AtomicU64,
 }
 
@@ -50,13 +49,26 @@ pub struct Lease {
 pub struct Contact(u64);
 
 impl Lease {
-    pub fn new(length: Duration) -> Self {
+    pub fn new(silence: Silence) -> Self {
         Self {
             origin: std::time::Instant::now(),
             renewed: std::sync::atomic::AtomicU64::new(0),
-            length,
+            silence,
             gaps: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Whether a contact that started at `renewed` (ms since `origin`,
+    /// plus one; 0: never) leaves the lease lapsed at `at`.
+    fn lapsed_between(&self, renewed: u64, at: u64) -> bool {
+        renewed == 0
+            || self
+                .silence
+                .lapsed(Duration::from_millis(at.saturating_sub(renewed)))
+    }
+
+    fn now(&self) -> u64 {
+        self.origin.elapsed().as_millis() as u64 + 1
     }
 
     /// Where the contact stands when a press goes out.
@@ -64,16 +76,12 @@ impl Lease {
         Contact(self.gaps.load(std::sync::atomic::Ordering::Acquire))
     }
 
-    /// Whether this replica stayed in touch with the fence channel since
-    /// `contact`: no silence longer than a fencing clean waits for
-    /// (`FENCING_SILENCE`), then or now. After one, a clean of the press's
-    /// node may have gone by without this replica (the model's
-    /// `lease_voids_answers`).
+    /// Whether this replica's lease held since `contact`: it never lapsed
+    /// between two contacts, and has not lapsed now. After a lapse, a
+    /// clean of the press's node may have gone by without this replica
+    /// (the model's `lease_voids_answers`).
     pub fn unbroken_since(&self, contact: Contact) -> bool {
-        let renewed = self.renewed.load(std::sync::atomic::Ordering::Acquire);
-        let now = self.origin.elapsed().as_millis() as u64 + 1;
-        let silent = now.saturating_sub(renewed) > FENCING_SILENCE.as_millis() as u64;
-        renewed != 0 && !silent && self.contact().0 == contact.0
+        self.is_fresh() && self.contact().0 == contact.0
     }
 
     /// Renews from a contact that started at `sent`.
@@ -82,7 +90,7 @@ impl Lease {
         let before = self
             .renewed
             .fetch_max(at, std::sync::atomic::Ordering::AcqRel);
-        if before != 0 && at.saturating_sub(before) > FENCING_SILENCE.as_millis() as u64 {
+        if before != 0 && self.lapsed_between(before, at) {
             self.gaps.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         }
     }
@@ -93,16 +101,12 @@ impl Lease {
     fn lapsed_at(&self, sent: std::time::Instant) -> bool {
         let renewed = self.renewed.load(std::sync::atomic::Ordering::Acquire);
         let at = sent.duration_since(self.origin).as_millis() as u64 + 1;
-        renewed == 0 || at.saturating_sub(renewed) >= self.length.as_millis() as u64
+        self.lapsed_between(renewed, at)
     }
 
     pub fn is_fresh(&self) -> bool {
         let renewed = self.renewed.load(std::sync::atomic::Ordering::Acquire);
-        if renewed == 0 {
-            return false;
-        }
-        let now = self.origin.elapsed().as_millis() as u64 + 1;
-        now.saturating_sub(renewed) < self.length.as_millis() as u64
+        !self.lapsed_between(renewed, self.now())
     }
 }
 

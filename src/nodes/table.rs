@@ -13,23 +13,7 @@ pub use super::entry::{InFlight, NodeEntry};
 use super::error::NodeCallError;
 use super::record::NodeRecord;
 
-/// Why a failed call did not take its node down.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Spared {
-    /// The node is alive and saturated.
-    Saturated,
-    /// Only timeouts speak against it, and no other node serves.
-    LastNode,
-}
-
-impl Spared {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Spared::Saturated => "it answers others: saturated, not gone",
-            Spared::LastNode => "only timeouts speak against it and no other node serves",
-        }
-    }
-}
+pub use protocol::press::Spared;
 
 /// All nodes this replica knows, by normalised address.
 #[derive(Debug)]
@@ -70,13 +54,9 @@ impl NodeTable {
     }
 
     /// Whether a call that failed is no evidence that its node is gone, and
-    /// why (design.md, "Overload is not death"). Only time running out, or
-    /// a gateway's 502 or 503, can be spared; a refusal, a reset or a bad
-    /// answer never is. `sent_at`: when the call began, on [`crate::clock::mono_ms`].
+    /// why (`protocol::press::spare`; design.md, "Overload is not death").
+    /// `sent_at`: when the call began, on [`crate::clock::mono_ms`].
     pub fn spare(&self, entry: &NodeEntry, error: &NodeCallError, sent_at: u64) -> Option<Spared> {
-        if !error.is_inconclusive() {
-            return None;
-        }
         // It answered others while this call waited, or (a connect that
         // timed out) it holds connections of ours carrying presses: a full
         // listen backlog or a long queue of its own, not a dead process. (A
@@ -84,17 +64,8 @@ impl NodeTable {
         let busy = entry.evidence.answered_since(sent_at)
             || matches!(error, NodeCallError::ConnectTimeout)
                 && entry.link.connections_busy().unwrap_or(0) > 0;
-        if busy {
-            Some(Spared::Saturated)
-        } else if !self.others_serve(&entry.address) {
-            // Timeouts (or a gateway's word) alone never take the last node
-            // down: a stalled
-            // machine would otherwise eject every node, and every ejection
-            // loses the clicks since the node's last archive.
-            Some(Spared::LastNode)
-        } else {
-            None
-        }
+        let others_serve = self.others_serve(&entry.address);
+        protocol::press::spare(error.is_inconclusive(), busy, others_serve)
     }
 
     /// Whether a node other than `address` serves presses in this view.

@@ -8,4 +8,4 @@ mod service;
 
 pub use error::{Busy, PressError};
 pub use id::{SessionId, SessionIdError};
-pub use service::{PressSettings, Pressed, SessionService};
+pub use service::{press_budget, PressSettings, Pressed, SessionService};

@@ -91,8 +91,10 @@ impl PressSettings {
     }
 }
 
-/// The press budget ([`SessionService`]'s `budget`) for a node timeout.
-fn press_budget(node_timeout: Duration) -> Duration {
+/// The press budget ([`SessionService`]'s `budget`) for a node timeout:
+/// rounds start until it is spent, and the last may take one node timeout
+/// more.
+pub fn press_budget(node_timeout: Duration) -> Duration {
     node_timeout * 3 + Duration::from_secs(2)
 }
 

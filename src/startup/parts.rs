@@ -111,9 +111,7 @@ pub(super) fn cleaner_and_fences(
         client.clone(),
         table.clone(),
         detached.clone(),
-        // A silent replica is waited out until its lease and any press it
-        // started under it are surely over.
-        config.node_timeout() + config.lease(),
+        config.silence(),
         events.clone(),
     );
     let fences = FenceWatcher::new(store, table.clone(), events, lease.clone());

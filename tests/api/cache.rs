@@ -41,7 +41,7 @@ async fn an_existing_session_costs_no_redis_round_trip_once_cached() {
 
 #[tokio::test]
 async fn a_replica_cut_off_from_its_fence_channel_stops_serving_from_its_cache_within_the_lease() {
-    let lease = Duration::from_millis(1000);
+    let lease = Duration::from_millis(2000);
     let (app, redis) = app_behind_redis_proxy(lease.as_millis() as u64).await;
     let _nodes = start_nodes(&app, 1, false).await;
     let session = unique("lease");

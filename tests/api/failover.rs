@@ -130,7 +130,7 @@ async fn a_redis_outage_is_a_503_and_presses_resume_when_it_returns() {
             1 + served + unshown,
             "counted on while cached"
         );
-        assert!(cut_at.elapsed() < app.config.lease() + Duration::from_secs(2));
+        assert!(cut_at.elapsed() < app.config.silence().lease() + Duration::from_secs(2));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
@@ -506,5 +506,79 @@ async fn a_health_read_that_fails_during_a_recovery_never_switches_fencing_off()
         true,
         "fencing is still offered: {:?}",
         flaky().await
+    );
+}
+
+/// The base guard through the press path (the model's `base_guard`): a
+/// replica folds a returning session's archive, and before it places the
+/// session, another replica serves the session elsewhere and removes that
+/// node, which archives more clicks and unmaps it again. The first
+/// replica's fold is stale: placed on it, the session would restart below
+/// clicks already shown. Its answer is held back in a proxy in front of
+/// Postgres (the fold ran, its result waits) while the other replica
+/// works. Without the guard (`SessionService::place` passing no unmap
+/// count) the late press answers 5 again, placed on the fold of 4.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_placement_on_a_fold_older_than_the_sessions_last_unmap_folds_again() {
+    common::ensure_database().await;
+    let postgres = TcpProxy::start(testkit::postgres_addr()).await;
+    let config = test_config();
+    let other = spawn_app_with(config.clone()).await;
+    let mut slow = common::through_postgres_proxy(config, &postgres);
+    slow.archive_timeout_ms = 10_000;
+    let folding = spawn_app_with(slow).await;
+    let nodes = start_nodes(&other, 3, false).await;
+    let session = unique("stale-fold");
+    for expected in 1..=3 {
+        assert_eq!(other.press(&session).await.clicks(), expected);
+    }
+    let on = |answer: &common::PressAnswer| {
+        let name = answer.served_by.clone().unwrap();
+        nodes
+            .iter()
+            .find(|n| n.name == name)
+            .unwrap()
+            .address
+            .clone()
+    };
+    let first = other.press(&session).await;
+    assert_eq!(first.clicks(), 4);
+    other.remove_node(&on(&first)).await;
+    // The fold reaches Postgres and runs; its answer waits.
+    postgres.hold_answers_to(&session);
+    let late = tokio::spawn({
+        let (http, url, session) = (
+            folding.http.clone(),
+            folding.address.clone(),
+            session.clone(),
+        );
+        async move {
+            let answer = http
+                .post(format!("{url}/press"))
+                .json(&serde_json::json!({ "session_id": session }))
+                .send()
+                .await
+                .unwrap();
+            (answer.status().as_u16(), answer.text().await.unwrap())
+        }
+    });
+    eventually(Duration::from_secs(5), "the fold answered", || async {
+        match postgres.held_bytes() {
+            0 => Err(0),
+            held => Ok(held),
+        }
+    })
+    .await;
+    // Meanwhile the session goes on elsewhere and leaves that node too.
+    let elsewhere = other.press(&session).await;
+    assert_eq!(elsewhere.clicks(), 5);
+    other.remove_node(&on(&elsewhere)).await;
+    postgres.restore();
+    let (status, body) = late.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        testkit::parse_clicks(&body),
+        Some(6),
+        "placed on a fold from before the last unmap: {body}"
     );
 }

@@ -1,7 +1,9 @@
 //! Each Lua script beside its decision in `protocol::placement`: the
 //! script runs on real Redis from every state of the model's small domain
-//! (a mapping on either node or none, a fold before or after the group's
-//! last unmap, either node down), and its outcome must be the action's.
+//! (a mapping on either node or none, a press naming either node stale or
+//! none, a fold before or after the group's last unmap, either node down;
+//! a clean's unmap and its re-base of either node), and its outcome must
+//! be the function's.
 //! `scripts/test-cluster.sh` runs the same on a cluster, where placement
 //! is `claim.lua`.
 
@@ -78,63 +80,126 @@ async fn place_lua_decides_as_the_model_s_place_action_in_every_state() {
     let app = without_health_checks().await;
     let started = start_nodes(&app, 2, false).await;
     let nodes: Vec<String> = started.iter().map(|n| n.address.clone()).collect();
-    let store = &app.ctx.store;
     let expires = now_ms() + 60_000;
     let mut checked = 0;
     for standing in [None, Some(0u8), Some(1)] {
-        for stale in [false, true] {
-            for up in [[true, true], [true, false], [false, true], [false, false]] {
-                let id = unique("model-place");
-                set_up(&app, &nodes, [true, true]).await;
-                if let Some(node) = standing {
-                    let first = store.sessions.place(
-                        &id,
-                        7,
-                        expires,
-                        None,
-                        Some(&nodes[node as usize]),
-                        None,
+        for stale_node in [None, Some(0u8), Some(1)] {
+            for folded_before_unmap in [false, true] {
+                for up in [[true, true], [true, false], [false, true], [false, false]] {
+                    let case = format!(
+                        "mapping on {standing:?}, stale node {stale_node:?}, \
+                         folded before an unmap {folded_before_unmap}, up {up:?}"
                     );
-                    assert!(matches!(first.await.unwrap(), Placed::Placed(p) if p.created));
+                    let (script, model) = place_both_ways(
+                        &app,
+                        &nodes,
+                        (standing, stale_node, folded_before_unmap, up),
+                        expires,
+                    )
+                    .await;
+                    assert_eq!(script, model, "{case}");
+                    checked += 1;
                 }
-                let mapping = mapping_of(&app, &id, &nodes).await;
-                assert_eq!(mapping.map(|m| m.0), standing);
-                let seen = store.sessions.unmaps_seen(&id).await.unwrap();
-                if stale {
-                    unmap_in_group(&app, &id).await;
-                }
-                set_up(&app, &nodes, up).await;
-                let placed = store
-                    .sessions
-                    .place(&id, 3, expires, None, None, Some(&seen));
-                let case = format!("mapping {mapping:?}, stale {stale}, up {up:?}");
-                let script = match placed.await.unwrap() {
-                    Placed::Placed(p) => {
-                        let node = nodes.iter().position(|n| *n == p.mapping.node).unwrap() as u8;
-                        let base = p.mapping.base as u8;
-                        if p.created {
-                            assert!(up[node as usize], "{case}: placed on a down node");
-                            Some(Model::Created { node, base })
-                        } else {
-                            Some(Model::Standing { node, base })
-                        }
-                    }
-                    Placed::Stale => Some(Model::Stale),
-                    Placed::NoNode => None,
-                    other => panic!("{case}: {other:?}"),
-                };
-                // The model chooses any up node; the script one of them.
-                let chosen = match script {
-                    Some(Model::Created { node, .. }) => Some(node),
-                    _ => up.iter().position(|u| *u).map(|n| n as u8),
-                };
-                let model = placement::place(mapping, 0, u8::from(stale), chosen, 3, true);
-                assert_eq!(script, model, "{case}");
-                checked += 1;
             }
         }
     }
-    assert_eq!(checked, 24);
+    assert_eq!(checked, 72);
+}
+
+/// One placement by the script and by `protocol::placement::place`, from
+/// a mapping on `standing`, with the press naming `stale_node` stale, a
+/// base folded before the group's last unmap or not, the nodes `up`.
+async fn place_both_ways(
+    app: &common::TestApp,
+    nodes: &[String],
+    (standing, stale_node, folded_before_unmap, up): (Option<u8>, Option<u8>, bool, [bool; 2]),
+    expires: i64,
+) -> (Option<Model>, Option<Model>) {
+    let store = &app.ctx.store;
+    let id = unique("model-place");
+    set_up(app, nodes, [true, true]).await;
+    if let Some(node) = standing {
+        let first = store
+            .sessions
+            .place(&id, 7, expires, None, Some(&nodes[node as usize]), None);
+        assert!(matches!(first.await.unwrap(), Placed::Placed(p) if p.created));
+    }
+    let mapping = mapping_of(app, &id, nodes).await;
+    assert_eq!(mapping.map(|m| m.0), standing);
+    let seen = store.sessions.unmaps_seen(&id).await.unwrap();
+    if folded_before_unmap {
+        unmap_in_group(app, &id).await;
+    }
+    set_up(app, nodes, up).await;
+    let stale = stale_node.map(|n| nodes[n as usize].as_str());
+    let placed = store
+        .sessions
+        .place(&id, 3, expires, stale, None, Some(&seen));
+    let script = match placed.await.unwrap() {
+        Placed::Placed(p) => {
+            let node = nodes.iter().position(|n| *n == p.mapping.node).unwrap() as u8;
+            let base = p.mapping.base as u8;
+            if p.created {
+                assert!(up[node as usize], "placed on a down node");
+                Some(Model::Created { node, base })
+            } else {
+                Some(Model::Standing { node, base })
+            }
+        }
+        Placed::Stale => Some(Model::Stale),
+        Placed::NoNode => None,
+        other => panic!("{other:?}"),
+    };
+    // The model chooses any up node; the script one of them.
+    let chosen = match script {
+        Some(Model::Created { node, .. }) => Some(node),
+        _ => up.iter().position(|u| *u).map(|n| n as u8),
+    };
+    let unmapped_at = u8::from(folded_before_unmap);
+    let model = placement::place(mapping, stale_node, 0, unmapped_at, chosen, 3, true);
+    (script, model)
+}
+
+/// `unmap.lua`'s re-based pairs beside `protocol::placement::rebase`: a
+/// session still on the cleaned node takes its new base, one elsewhere is
+/// left alone, and neither counts as an unmap.
+#[tokio::test]
+async fn a_clean_s_rebase_decides_as_the_model_s_rebase_in_every_state() {
+    let app = without_health_checks().await;
+    let started = start_nodes(&app, 2, false).await;
+    let nodes: Vec<String> = started.iter().map(|n| n.address.clone()).collect();
+    let store = &app.ctx.store;
+    let expires = now_ms() + 60_000;
+    for standing in [None, Some(0u8), Some(1)] {
+        for target in [0u8, 1] {
+            set_up(&app, &nodes, [true, true]).await;
+            let id = unique("model-rebase");
+            if let Some(node) = standing {
+                let first =
+                    store
+                        .sessions
+                        .place(&id, 5, expires, None, Some(&nodes[node as usize]), None);
+                assert!(matches!(first.await.unwrap(), Placed::Placed(p) if p.created));
+            }
+            let before = mapping_of(&app, &id, &nodes).await;
+            let seen = store.sessions.unmaps_seen(&id).await.unwrap();
+            let node = nodes[target as usize].clone();
+            let rebased = vec![(id.clone(), 9)];
+            common::under_node_lock(store, &node, |lock| async move {
+                store
+                    .sessions
+                    .apply_clean(lock.lock(), lock.node(), &[], &rebased)
+                    .await
+                    .unwrap()
+            })
+            .await;
+            let after = mapping_of(&app, &id, &nodes).await;
+            let counted = store.sessions.unmaps_seen(&id).await.unwrap() != seen;
+            let case = format!("mapping {before:?}, re-based on node {target}");
+            assert_eq!(after, placement::rebase(before, target, 9), "{case}");
+            assert!(!counted, "{case}: a re-base counted as an unmap");
+        }
+    }
 }
 
 #[tokio::test]

@@ -72,7 +72,13 @@ impl NodeProcess {
         let child = Command::new(click_node_binary())
             .args(["--host", "127.0.0.1", "--port", &self.port.to_string()])
             .args(["--name", &self.name, "--database-url", &self.database_url])
-            .args(["--min-delay-ms", "0", "--max-delay-ms", "0"])
+            .args(
+                // No delay, unless the test sets one.
+                (!self.flags.iter().any(|f| f == "--min-delay-ms"))
+                    .then_some(["--min-delay-ms", "0", "--max-delay-ms", "0"])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(
                 // 1 s for Postgres, unless the test says otherwise.
                 (!self.flags.iter().any(|f| f == "--archive-timeout-ms"))

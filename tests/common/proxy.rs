@@ -2,7 +2,7 @@
 //! from the balancer without stopping the servers other tests share.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::net::{TcpListener, TcpStream};
@@ -14,8 +14,10 @@ pub struct TcpProxy {
     /// When set, bytes are no longer forwarded and nothing is closed: a
     /// silent partition, as a dropped route or a stuck firewall makes it.
     blackholed: Arc<AtomicBool>,
+    /// Answers held back, on the connections that sent a marker.
+    hold: Arc<Hold>,
     /// Bytes sent towards the target so far.
-    bytes_up: Arc<std::sync::atomic::AtomicU64>,
+    bytes_up: Arc<AtomicU64>,
     connections: Arc<Mutex<CancellationToken>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -26,11 +28,13 @@ impl TcpProxy {
         let addr = listener.local_addr().unwrap();
         let open = Arc::new(AtomicBool::new(true));
         let blackholed = Arc::new(AtomicBool::new(false));
-        let bytes_up = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let hold = Arc::new(Hold::default());
+        let bytes_up = Arc::new(AtomicU64::new(0));
         let connections = Arc::new(Mutex::new(CancellationToken::new()));
         let task = tokio::spawn({
             let open = open.clone();
             let blackholed = blackholed.clone();
+            let hold = hold.clone();
             let bytes_up = bytes_up.clone();
             let connections = connections.clone();
             async move {
@@ -41,6 +45,7 @@ impl TcpProxy {
                     }
                     let cancel = connections.lock().unwrap().clone();
                     let blackholed = blackholed.clone();
+                    let hold = hold.clone();
                     let bytes_up = bytes_up.clone();
                     tokio::spawn(async move {
                         let Ok(outbound) = TcpStream::connect(target).await else {
@@ -48,7 +53,7 @@ impl TcpProxy {
                         };
                         tokio::select! {
                             _ = cancel.cancelled() => {}
-                            _ = pipe(inbound, outbound, blackholed, bytes_up) => {}
+                            _ = pipe(inbound, outbound, blackholed, hold, bytes_up) => {}
                         }
                     });
                 }
@@ -58,6 +63,7 @@ impl TcpProxy {
             addr,
             open,
             blackholed,
+            hold,
             bytes_up,
             connections,
             task,
@@ -75,6 +81,20 @@ impl TcpProxy {
     pub fn restore(&self) {
         self.open.store(true, Ordering::SeqCst);
         self.blackholed.store(false, Ordering::SeqCst);
+        *self.hold.marker.lock().unwrap() = None;
+    }
+
+    /// Holds the target's answers on every connection that sends a
+    /// request holding `marker` (from that request on; the request
+    /// itself reaches the target, which acts on it) until
+    /// [`restore`](Self::restore).
+    pub fn hold_answers_to(&self, marker: &str) {
+        *self.hold.marker.lock().unwrap() = Some(marker.as_bytes().to_vec());
+    }
+
+    /// Bytes of answers held back so far.
+    pub fn held_bytes(&self) -> u64 {
+        self.hold.held.load(Ordering::SeqCst)
     }
 
     /// Bytes sent towards the target so far.
@@ -97,49 +117,88 @@ impl Drop for TcpProxy {
 }
 
 /// Copies both ways; while `blackholed`, nothing moves (bytes wait, as TCP
-/// retransmits would, and flow again once the partition heals).
+/// retransmits would, and flow again once the partition heals). Answers
+/// on a connection that sent the hold's marker wait while it is set.
 async fn pipe(
     inbound: TcpStream,
     outbound: TcpStream,
     blackholed: Arc<AtomicBool>,
-    bytes_up: Arc<std::sync::atomic::AtomicU64>,
+    hold: Arc<Hold>,
+    bytes_up: Arc<AtomicU64>,
 ) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (mut in_read, mut in_write) = inbound.into_split();
     let (mut out_read, mut out_write) = outbound.into_split();
-    let up = copy_unless(
-        &mut in_read,
-        &mut out_write,
-        blackholed.clone(),
-        Some(bytes_up),
-    );
-    let down = copy_unless(&mut out_read, &mut in_write, blackholed, None);
+    let marked = AtomicBool::new(false);
+    let wait_while = |stop: &dyn Fn() -> bool| {
+        let stop = stop();
+        async move {
+            if stop {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            stop
+        }
+    };
+    let up = async {
+        let mut buffer = vec![0u8; 16 * 1024];
+        loop {
+            let n = match in_read.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if hold.marks(&buffer[..n]) {
+                marked.store(true, Ordering::SeqCst);
+            }
+            while wait_while(&|| blackholed.load(Ordering::SeqCst)).await {}
+            if out_write.write_all(&buffer[..n]).await.is_err() {
+                return;
+            }
+            bytes_up.fetch_add(n as u64, Ordering::SeqCst);
+        }
+    };
+    let down = async {
+        let mut buffer = vec![0u8; 16 * 1024];
+        loop {
+            let n = match out_read.read(&mut buffer).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if marked.load(Ordering::SeqCst) && hold.holding() {
+                hold.held.fetch_add(n as u64, Ordering::SeqCst);
+            }
+            let stopped = || {
+                blackholed.load(Ordering::SeqCst) || marked.load(Ordering::SeqCst) && hold.holding()
+            };
+            while wait_while(&stopped).await {}
+            if in_write.write_all(&buffer[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
     tokio::select! {
         _ = up => {}
         _ = down => {}
     }
 }
 
-async fn copy_unless(
-    from: &mut (impl tokio::io::AsyncRead + Unpin),
-    to: &mut (impl tokio::io::AsyncWrite + Unpin),
-    blackholed: Arc<AtomicBool>,
-    counted: Option<Arc<std::sync::atomic::AtomicU64>>,
-) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut buffer = vec![0u8; 16 * 1024];
-    loop {
-        let n = match from.read(&mut buffer).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        while blackholed.load(Ordering::SeqCst) {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-        if to.write_all(&buffer[..n]).await.is_err() {
-            return;
-        }
-        if let Some(counted) = &counted {
-            counted.fetch_add(n as u64, Ordering::SeqCst);
-        }
+/// Answers held back on the connections that sent a marker
+/// ([`TcpProxy::hold_answers_to`]).
+#[derive(Default)]
+struct Hold {
+    marker: Mutex<Option<Vec<u8>>>,
+    /// Bytes of answers held so far.
+    held: AtomicU64,
+}
+
+impl Hold {
+    fn holding(&self) -> bool {
+        self.marker.lock().unwrap().is_some()
+    }
+
+    fn marks(&self, chunk: &[u8]) -> bool {
+        let marker = self.marker.lock().unwrap();
+        marker
+            .as_deref()
+            .is_some_and(|m| chunk.windows(m.len()).any(|w| w == m))
     }
 }

@@ -37,6 +37,12 @@ pub struct Guards {
     /// its answer comes: a fence of its node may have gone by without the
     /// replica, and the session moved on (a failover while it was paused).
     pub lease_voids_answers: bool,
+    /// A silent replica's own threshold passes before the others': it stops
+    /// trusting itself (its lease lapses) before any other replica goes on
+    /// without its acknowledgement (`protocol::silence`: both derive from
+    /// `LEASE_MS`, the others' with a margin). Out, the others may give up
+    /// first, as 0.2.0's one-second wait did before the two-second lapse.
+    pub silence_order: bool,
 }
 
 impl Guards {
@@ -48,6 +54,7 @@ impl Guards {
         base_guard: true,
         identity_check: true,
         lease_voids_answers: true,
+        silence_order: true,
     };
 
     /// The protocol as the code had it at 0.1.0.
@@ -58,6 +65,7 @@ impl Guards {
         base_guard: false,
         identity_check: false,
         lease_voids_answers: false,
+        silence_order: false,
     };
 }
 
@@ -78,11 +86,14 @@ pub struct Protocol {
     /// How many times Redis may come back on its last snapshot, or empty.
     pub rollbacks: u8,
     /// How many replicas may be killed (their presses' clients see the
-    /// connection reset; they may be started again) or lose their lease
-    /// while paused (the fences of fencing nodes stop waiting for them;
-    /// they resume later).
+    /// connection reset; they may be started again) or fall silent for
+    /// long (paused, or cut off from Redis: their lease lapses and the
+    /// cleaners stop waiting for them; they resume later).
     pub crashes: u8,
     pub lapses: u8,
+    /// How many presses `REQUEST_TIMEOUT_MS` may drop while they wait at
+    /// their node (answered 504 `request_timeout`, their gate released).
+    pub deadlines: u8,
 }
 
 /// What Redis holds of the session and the nodes' fencing epochs: what an
@@ -132,8 +143,9 @@ pub struct Press {
     pub answer: Option<Answer>,
     /// How many times a node counted it.
     pub counted: u8,
-    /// How many failovers had moved the session off a node when it was
-    /// counted: clicks since a node's last archive are lost when it fails.
+    /// How many times the session had lost clicks when it was counted (a
+    /// failover of its node, or a restart of a node holding its clicks):
+    /// what a node counted since its last archive is lost then.
     pub era: u8,
 }
 
@@ -279,24 +291,31 @@ pub struct State {
     pub acked: [bool; REPLICAS],
     pub cleaner: Cleaner,
     pub cleans: u8,
-    /// Replicas killed (until started again), and replicas whose lease ran
-    /// out while they were paused (until their next heartbeat).
+    /// Replicas killed (until started again); replicas silent past their
+    /// own lease (`lapsed`: they void what they read and cached) and past
+    /// the cleaners' wait (`given_up`: fences go on without them), until
+    /// their next heartbeat.
     pub dead: [bool; REPLICAS],
     pub lapsed: [bool; REPLICAS],
+    pub given_up: [bool; REPLICAS],
     pub crashes: u8,
     pub lapses: u8,
+    pub deadlines: u8,
     // The client, and what the checker knows.
     pub presses: Vec<Press>,
     /// Clicks counted by nodes (the client's presses that counted).
     pub truth: u8,
-    /// A replica took a node down while the node's answer waited for it.
+    /// A node was marked down while an answer of its (to a press, or to
+    /// the clean) waited to be read by the replica that marked it down:
+    /// judged from the network whenever a node is marked down.
     pub taken_down_answering: bool,
     /// A 200 answer was above the truth when it was given (judged then: a
     /// node's restart later loses clicks an earlier answer rightly showed).
     pub answered_above_truth: bool,
-    /// Failovers that moved the session off a node, and node restarts:
-    /// each loses the clicks since that node's last archive.
-    pub failovers: u8,
+    /// Times the session lost clicks: failovers of its node, restarts of a
+    /// node holding clicks of it since its last archive. A restart of a
+    /// node that held none excuses nothing.
+    pub losses: u8,
     pub restarts: u8,
 }
 
@@ -336,7 +355,10 @@ pub enum Action {
     /// and `/clean` sent (archive), or the failover's unmap and revoke.
     CleanNode,
     /// The node answered the clean: fold, unmap, record the epoch, lower.
-    Settle,
+    /// `rebase`: the session was live and the node forgot everything: it
+    /// stays on the node, re-based on its folded total (`unmap.lua`'s
+    /// re-based pairs), and its group counts no unmap.
+    Settle { rebase: bool },
     /// The clean's timer: the node is declared down, its token revoked,
     /// its sessions moved off (`clean_failed`).
     CleanTimer,
@@ -347,13 +369,20 @@ pub enum Action {
     /// clients see the connection reset), its gates go with it; what it
     /// sent is still on the wire. The fence stops waiting for it.
     ReplicaDies { replica: u8 },
-    /// A paused replica's lease runs out: fences of fencing nodes stop
-    /// waiting for its acknowledgement (`FenceWatcher`; nodes that do not
-    /// fence wait it out, a question of time the model leaves to them).
+    /// A silent replica's own lease runs out (`Lease::lapsed_at`): what it
+    /// reads from a node after this is shown only if the registry still
+    /// has the node up under the same epoch, and its cache is void.
     LeaseLapses { replica: u8 },
+    /// The cleaners' wait for a silent replica runs out
+    /// (`protocol::silence`: its heartbeat is older than the lease and
+    /// the margin): fences go on without its acknowledgement.
+    WaitRunsOut { replica: u8 },
     /// The replica resumes and beats again (`heartbeat`): fences wait for
-    /// it again.
+    /// it again, and a lapsed one voids every mapping it read before.
     Heartbeat { replica: u8 },
+    /// `REQUEST_TIMEOUT_MS` drops a press waiting at its node: 504
+    /// `request_timeout`, its gate released, nobody reads the answer.
+    RequestTimeout { replica: u8, press: u8 },
     /// A killed replica is started again: nothing cached, no press under
     /// way; its first `poll_once` closes its gates for the fences up and
     /// fences wait for it again.
@@ -420,6 +449,22 @@ impl State {
         )
     }
 
+    /// A press's answer left unread: its connection is dropped.
+    fn drop_reply(&mut self, replica: u8, press: u8) {
+        if let Some(reply) = self.reply_for(replica, press) {
+            self.net.retain(|m| *m != reply);
+        }
+    }
+
+    /// Whether an answer of `node` to a press of `replica` waits to be
+    /// read: a replica that runs reads it before any timer of its own at
+    /// the node fires (`answer_before_timer`).
+    fn answer_waiting(&self, replica: u8, node: u8) -> bool {
+        self.net.iter().any(
+            |m| matches!(m, Msg::Reply { replica: r, node: n, .. } if *r == replica && *n == node),
+        )
+    }
+
     /// What the archive holds for the session: rows whose token was
     /// settled, and those of a node that stamps none.
     fn archived(&self) -> u8 {
@@ -437,8 +482,18 @@ impl State {
     }
 
     /// Marks `node` down (`mark_down_unless_last` is not modelled: with one
-    /// session the last node going down only answers its presses 503).
-    fn mark_down(&mut self, node: u8) {
+    /// session the last node going down only answers its presses 503), by
+    /// `replica`'s timer or (`None`) the clean's: judged from the network,
+    /// whether an answer of the node waited for it then.
+    fn mark_down(&mut self, node: u8, by: Option<u8>) {
+        let answering = match by {
+            Some(replica) => self.answer_waiting(replica, node),
+            None => self
+                .net
+                .iter()
+                .any(|m| matches!(m, Msg::Cleaned { node: n, .. } if *n == node)),
+        };
+        self.taken_down_answering |= answering;
         self.down[node as usize] = true;
     }
 
@@ -456,7 +511,7 @@ impl State {
     /// is lost (mapped there, or not any more: after a rebuild's wipe).
     fn fail_over(&mut self, node: u8) {
         if matches!(self.mapping, Some((n, _)) if n == node) || self.count[node as usize] > 0 {
-            self.failovers += 1;
+            self.losses += 1;
         }
         self.unmap_if_on(node);
     }
@@ -553,13 +608,15 @@ impl Model for Protocol {
             cleans: 0,
             dead: [false; REPLICAS],
             lapsed: [false; REPLICAS],
+            given_up: [false; REPLICAS],
             crashes: 0,
             lapses: 0,
+            deadlines: 0,
             presses: Vec::new(),
             truth: 0,
             taken_down_answering: false,
             answered_above_truth: false,
-            failovers: 0,
+            losses: 0,
             restarts: 0,
         }]
     }
@@ -585,12 +642,26 @@ impl Model for Protocol {
                     replica: replica_id,
                 });
             }
-            if s.lapsed[r] {
+            let (lapsed, given_up) = (s.lapsed[r], s.given_up[r]);
+            if lapsed || given_up {
                 actions.push(Action::Heartbeat {
                     replica: replica_id,
                 });
-            } else if s.lapses < self.lapses {
+            }
+            // A silence starts with the first threshold it passes: the
+            // replica's own, with `silence_order`; either, without.
+            let may_fall_silent = s.lapses < self.lapses;
+            if !lapsed && (given_up || may_fall_silent) {
                 actions.push(Action::LeaseLapses {
+                    replica: replica_id,
+                });
+            }
+            let others_may_go_on = match self.guards.silence_order {
+                true => lapsed,
+                false => lapsed || may_fall_silent,
+            };
+            if !given_up && others_may_go_on {
+                actions.push(Action::WaitRunsOut {
                     replica: replica_id,
                 });
             }
@@ -622,15 +693,20 @@ impl Model for Protocol {
                             });
                         }
                     }
-                    Step::Waiting { .. } => {
+                    Step::Waiting { node, .. } => {
                         if s.reply_for(replica_id, press).is_some() {
                             actions.push(Action::ReadAnswer {
                                 replica: replica_id,
                                 press,
                             });
                         }
-                        if !(self.guards.answer_before_timer
-                            && s.reply_for(replica_id, press).is_some())
+                        if s.deadlines < self.deadlines {
+                            actions.push(Action::RequestTimeout {
+                                replica: replica_id,
+                                press,
+                            });
+                        }
+                        if !(self.guards.answer_before_timer && s.answer_waiting(replica_id, node))
                         {
                             for (failed, sent) in
                                 [(false, true), (true, true), (false, false), (true, false)]
@@ -674,9 +750,8 @@ impl Model for Protocol {
                     }
                 }
             }
-            Cleaner::Fenced { node, .. } => {
-                let waited = (0..REPLICAS)
-                    .all(|r| s.acked[r] || s.dead[r] || (s.lapsed[r] && node as usize == FENCING));
+            Cleaner::Fenced { .. } => {
+                let waited = (0..REPLICAS).all(|r| s.acked[r] || s.dead[r] || s.given_up[r]);
                 if waited {
                     actions.push(Action::CleanNode);
                 }
@@ -684,7 +759,10 @@ impl Model for Protocol {
             Cleaner::Sent { node, token } => {
                 let answered = s.net.contains(&Msg::Cleaned { node, token });
                 if answered {
-                    actions.push(Action::Settle);
+                    actions.push(Action::Settle { rebase: false });
+                    if matches!(s.mapping, Some((n, _)) if n == node) {
+                        actions.push(Action::Settle { rebase: true });
+                    }
                 }
                 if !(self.guards.answer_before_timer && answered) {
                     actions.push(Action::CleanTimer);
@@ -768,6 +846,7 @@ impl Model for Protocol {
                 let chosen = (!s.down[node as usize]).then_some(node);
                 let placed = placement::place(
                     s.mapping,
+                    None,
                     version,
                     s.unmapped_at,
                     chosen,
@@ -868,6 +947,7 @@ impl Model for Protocol {
                     } => {
                         let now = NodeNow {
                             down: s.down[node as usize],
+                            fenced: s.fence[node as usize],
                             epoch: s.epoch[node as usize],
                         };
                         let shown =
@@ -910,10 +990,7 @@ impl Model for Protocol {
                 }
                 if failed {
                     // Marked down before the gate opens.
-                    if s.reply_for(replica, press).is_some() {
-                        s.taken_down_answering = true;
-                    }
-                    s.mark_down(node);
+                    s.mark_down(node, Some(replica));
                 }
                 s.replicas[replica as usize].in_gate[node as usize] -= 1;
                 let heard = match failed {
@@ -942,8 +1019,18 @@ impl Model for Protocol {
                     s.set_step(replica, press, Some(send));
                     return Some(s);
                 }
+                // A reply there or to come is read by nobody.
+                s.drop_reply(replica, press);
                 s.go_on(replica, press, next);
-                // A reply that comes later is read by nobody.
+            }
+            Action::RequestTimeout { replica, press } => {
+                let Some(Step::Waiting { node, .. }) = s.work(replica, press) else {
+                    return None;
+                };
+                s.replicas[replica as usize].in_gate[node as usize] -= 1;
+                s.deadlines += 1;
+                s.drop_reply(replica, press);
+                s.answer(replica, press, Answer::Unknown);
             }
             Action::NodeReceives { msg } => {
                 s.net.retain(|m| *m != msg);
@@ -961,7 +1048,7 @@ impl Model for Protocol {
                             s.count[n] += 1;
                             s.truth += 1;
                             s.presses[press as usize].counted += 1;
-                            s.presses[press as usize].era = s.failovers + s.restarts;
+                            s.presses[press as usize].era = s.losses;
                             Some(s.count[n])
                         };
                         // To the press's connection: gone with a replica
@@ -1038,14 +1125,17 @@ impl Model for Protocol {
                     s.lower_fence(node);
                 }
             }
-            Action::Settle => {
+            Action::Settle { rebase } => {
                 let Cleaner::Sent { node, token } = s.cleaner else {
                     return None;
                 };
                 s.net.retain(|m| *m != Msg::Cleaned { node, token });
                 s.tokens[token as usize - 1] = Token::Completed;
                 s.version += 1;
-                s.unmap_if_on(node);
+                match rebase {
+                    true => s.mapping = placement::rebase(s.mapping, node, s.archived()),
+                    false => s.unmap_if_on(node),
+                }
                 s.epoch[node as usize] = token;
                 s.lower_fence(node);
             }
@@ -1053,6 +1143,9 @@ impl Model for Protocol {
                 // Its clicks are lost, not undone: the truth (what the
                 // client pressed and a node counted) stays.
                 let n = node as usize;
+                if s.count[n] > 0 {
+                    s.losses += 1;
+                }
                 s.count[n] = 0;
                 if n == FENCING {
                     s.floor = 0;
@@ -1068,22 +1161,38 @@ impl Model for Protocol {
                 s.net
                     .retain(|m| !matches!(m, Msg::Reply { replica: to, .. } if *to == replica));
                 s.dead[r] = true;
+                (s.lapsed[r], s.given_up[r]) = (false, false);
                 s.crashes += 1;
             }
             Action::LeaseLapses { replica } => {
-                s.lapsed[replica as usize] = true;
-                s.replicas[replica as usize].lapses += 1;
-                s.lapses += 1;
+                let r = replica as usize;
+                if !s.given_up[r] {
+                    s.lapses += 1;
+                }
+                s.lapsed[r] = true;
+                s.replicas[r].lapses += 1;
+            }
+            Action::WaitRunsOut { replica } => {
+                let r = replica as usize;
+                if !s.lapsed[r] {
+                    s.lapses += 1;
+                }
+                s.given_up[r] = true;
             }
             Action::Heartbeat { replica } => {
-                // `FenceWatcher::poll_once` after a lapse: every mapping
-                // read before is void (`NodeTable::cleaned_all`).
-                s.honour_fences(replica);
-                s.lapsed[replica as usize] = false;
+                // `FenceWatcher::poll_once`: after a lapse, every mapping
+                // read before is void (`NodeTable::cleaned_all`); a replica
+                // that never knew itself lapsed voids nothing.
+                let r = replica as usize;
+                if s.lapsed[r] {
+                    s.honour_fences(replica);
+                }
+                (s.lapsed[r], s.given_up[r]) = (false, false);
             }
             Action::ReplicaStarts { replica } => {
-                s.dead[replica as usize] = false;
-                s.lapsed[replica as usize] = false;
+                let r = replica as usize;
+                s.dead[r] = false;
+                (s.lapsed[r], s.given_up[r]) = (false, false);
                 s.honour_fences(replica);
             }
             Action::RedisSaves => s.snapshot = Some(s.redis()),
@@ -1100,11 +1209,8 @@ impl Model for Protocol {
                 let Cleaner::Sent { node, token } = s.cleaner else {
                     return None;
                 };
-                if s.net.contains(&Msg::Cleaned { node, token }) {
-                    s.taken_down_answering = true;
-                }
                 s.tokens[token as usize - 1] = Token::Revoked;
-                s.mark_down(node);
+                s.mark_down(node, None);
                 s.fail_over(node);
                 s.lower_fence(node);
             }
@@ -1169,6 +1275,8 @@ impl Protocol {
                     | Action::NodeRestarts { .. }
                     | Action::ReplicaDies { .. }
                     | Action::LeaseLapses { .. }
+                    | Action::WaitRunsOut { .. }
+                    | Action::RequestTimeout { .. }
                     | Action::RedisSaves
                     | Action::RedisRollsBack { .. }
                     | Action::RedisRestartsEmpty
@@ -1246,6 +1354,7 @@ mod tests {
             rollbacks: 0,
             crashes: 0,
             lapses: 0,
+            deadlines: 0,
         };
         let mut s = protocol.init_states().remove(0);
         s.presses.push(Press {

@@ -18,6 +18,7 @@ fn bounds(guards: Guards, presses: u8) -> Protocol {
         rollbacks: 0,
         crashes: 0,
         lapses: 0,
+        deadlines: 0,
     }
 }
 
@@ -53,6 +54,24 @@ fn with_replicas_lost(guards: Guards, presses: u8) -> Protocol {
     }
 }
 
+/// Faults in the same interleavings, at a small scope: one press at a
+/// time, a replica falling silent (its lease lapsing, the cleaners giving
+/// up on it), a node restart, and Redis back on an older snapshot or
+/// empty, with the rebuild's cleans (22.6 million states, a minute).
+fn with_faults_together(guards: Guards) -> Protocol {
+    Protocol {
+        guards,
+        presses: 2,
+        outstanding: 1,
+        cleans: 0,
+        restarts: 1,
+        rollbacks: 1,
+        crashes: 0,
+        lapses: 1,
+        deadlines: 0,
+    }
+}
+
 fn broken(report: &Report) -> Vec<&'static str> {
     report.counterexamples.keys().copied().collect()
 }
@@ -80,6 +99,45 @@ fn every_property_holds_with_every_guard_in_when_a_replica_dies_or_its_lease_lap
     let report = check(with_replicas_lost(Guards::ALL, 2));
     assert!(report.passed(), "{:#?}", report.counterexamples);
     assert!(report.states > 100_000, "{} states", report.states);
+}
+
+#[test]
+fn every_property_holds_with_every_guard_in_when_faults_come_together() {
+    let report = check(with_faults_together(Guards::ALL));
+    assert!(report.passed(), "{:#?}", report.counterexamples);
+    assert!(report.states > 100_000, "{} states", report.states);
+}
+
+/// `REQUEST_TIMEOUT_MS` dropping a press at its node (its gate released
+/// mid-exchange, no carrying on) breaks nothing: the press answers 504,
+/// and a count it makes later is one whose outcome was not shown.
+#[test]
+fn every_property_holds_when_the_request_deadline_drops_a_press_at_its_node() {
+    let report = check(Protocol {
+        deadlines: 1,
+        ..bounds(Guards::ALL, 2)
+    });
+    assert!(report.passed(), "{:#?}", report.counterexamples);
+    assert!(report.states > 100_000, "{} states", report.states);
+}
+
+/// Hole 1 of issue 44: the cleaners went on without a paused replica after
+/// a second, the replica voided its answers only after two: a count it
+/// read on resuming repeated one shown since the failover.
+#[test]
+fn others_giving_up_on_a_replica_before_it_lapses_repeats_an_answer() {
+    let report = check(with_replicas_lost(
+        Guards {
+            silence_order: false,
+            ..Guards::ALL
+        },
+        2,
+    ));
+    assert!(
+        broken(&report).contains(&"no answer repeats another but for a failover or a restart"),
+        "{:?}",
+        broken(&report)
+    );
 }
 
 #[test]
@@ -168,11 +226,23 @@ fn a_placement_on_a_base_folded_before_the_last_unmap_repeats_an_answer() {
     );
 }
 
+/// 0.1.0 breaks five of the six properties of the counts. The sixth, no
+/// answer above the truth, it broke in the model before issue 44 only by
+/// a retry reading the answer its press's first attempt left unread at
+/// another node, which no connection of the code delivers: a press's
+/// answer now leaves with its attempt.
 #[test]
-fn the_code_of_0_1_0_breaks_every_property_of_the_counts() {
+fn the_code_of_0_1_0_breaks_five_properties_of_the_counts() {
     // Without the restart: its retries alone make millions of states.
     let report = check(without_restarts(Guards::NONE, 2));
-    assert_eq!(broken(&report).len(), 6, "{:?}", broken(&report));
-    // It stalled for seconds, never for ever.
-    assert!(!broken(&report).contains(&"a press under way can always go on"));
+    assert_eq!(
+        broken(&report),
+        [
+            "a 503 means nothing was counted",
+            "a press is counted at most once",
+            "an answer skips only clicks whose outcome was not shown",
+            "no answer repeats another but for a failover or a restart",
+            "no node is taken down while it answers",
+        ]
+    );
 }

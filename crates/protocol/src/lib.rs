@@ -13,3 +13,4 @@
 
 pub mod placement;
 pub mod press;
+pub mod silence;

@@ -52,24 +52,67 @@ pub fn next<T: Add<Output = T>>(heard: Heard<T>, base: T) -> Next<T> {
     }
 }
 
+/// Why a failed call did not take its node down ("Overload is not
+/// death").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spared {
+    /// The node is alive and saturated.
+    Saturated,
+    /// Only timeouts speak against it, and no other node serves.
+    LastNode,
+}
+
+impl Spared {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Spared::Saturated => "it answers others: saturated, not gone",
+            Spared::LastNode => "only timeouts speak against it and no other node serves",
+        }
+    }
+}
+
+/// Whether a call that failed is no evidence that its node is gone, and
+/// why: failed (`None`, marked down before its gate opens) or spared. Only
+/// an `inconclusive` failure (time ran out, or a gateway's 502 or 503) can
+/// be spared; a refusal, a reset or a bad answer never is. `busy`: the
+/// node answered others while the call waited, or holds connections of
+/// this replica carrying presses (a full backlog, not a dead process).
+/// Timeouts alone never take the last node serving down: a stalled
+/// machine would otherwise eject every node, and every ejection loses the
+/// clicks since the node's last archive. The model's `Timer` takes either
+/// outcome at any time, so no property rests on this choice: it is how
+/// soon a dead node is found, not whether a count is right.
+pub fn spare(inconclusive: bool, busy: bool, others_serve: bool) -> Option<Spared> {
+    match (inconclusive, busy, others_serve) {
+        (false, _, _) => None,
+        (true, true, _) => Some(Spared::Saturated),
+        (true, false, false) => Some(Spared::LastNode),
+        (true, false, true) => None,
+    }
+}
+
 /// What the registry says of a press's node when the press's count comes
 /// back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NodeNow<E> {
     pub down: bool,
+    /// A fence is up on it: a clean or failover of it is under way.
+    pub fenced: bool,
     /// Its fencing epoch: its last clean's token.
     pub epoch: E,
 }
 
 /// Whether a node's count may be shown. Always, when the replica stayed
 /// in touch with the fence channel while the press was out; after a
-/// silence (paused, or cut off past a fencing clean's wait), only if the
-/// registry, read now, still has the node up under the epoch the press
-/// went out with. Else a clean or a failover of the node may have gone by
-/// without this replica, and the session moved on: the count is no longer
-/// its to show (`None`: the registry could not be read).
+/// silence (its lease lapsed: paused, or cut off), only if the registry,
+/// read now in one step, has the node up, unfenced, under the epoch the
+/// press went out with: the count was made before that read, so no clean
+/// or failover of the node started since the press went out can have gone
+/// by without it. Else one may have gone by without this replica, and the
+/// session moved on: the count is no longer its to show (`None`: the
+/// registry could not be read).
 pub fn count_shown<E: PartialEq>(silent: bool, now: Option<NodeNow<E>>, sent_epoch: E) -> bool {
-    !silent || now.is_some_and(|now| !now.down && now.epoch == sent_epoch)
+    !silent || now.is_some_and(|now| !now.down && !now.fenced && now.epoch == sent_epoch)
 }
 
 #[cfg(test)]
@@ -109,16 +152,40 @@ mod tests {
     }
 
     #[test]
-    fn after_a_silence_a_count_is_shown_only_while_its_node_serves_under_the_same_epoch() {
-        let up = |epoch| Some(NodeNow { down: false, epoch });
+    fn only_an_inconclusive_failure_spares_a_node_busy_with_others_or_the_last_one() {
+        for (busy, others) in [(false, false), (true, true), (true, false), (false, true)] {
+            assert_eq!(spare(false, busy, others), None);
+        }
+        assert_eq!(spare(true, true, true), Some(Spared::Saturated));
+        assert_eq!(spare(true, true, false), Some(Spared::Saturated));
+        assert_eq!(spare(true, false, false), Some(Spared::LastNode));
+        assert_eq!(spare(true, false, true), None);
+    }
+
+    #[test]
+    fn after_a_silence_a_count_is_shown_only_while_its_node_serves_unfenced_under_the_same_epoch() {
+        let up = |epoch| {
+            Some(NodeNow {
+                down: false,
+                fenced: false,
+                epoch,
+            })
+        };
         assert!(count_shown(false, None, 1));
         assert!(count_shown(true, up(1), 1));
         assert!(!count_shown(true, up(2), 1));
         let down = Some(NodeNow {
             down: true,
+            fenced: false,
             epoch: 1,
         });
         assert!(!count_shown(true, down, 1));
+        let fenced = Some(NodeNow {
+            down: false,
+            fenced: true,
+            epoch: 1,
+        });
+        assert!(!count_shown(true, fenced, 1));
         assert!(!count_shown(true, None, 1));
     }
 }

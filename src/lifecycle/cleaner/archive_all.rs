@@ -20,7 +20,7 @@ impl NodeCleaner {
         was_up: bool,
     ) -> Result<(bool, u64), CleanError> {
         let addr = lock.node();
-        let fence = self.raise_and_wait(lock, FenceReason::Clean, true).await?;
+        let fence = self.raise_and_wait(lock, FenceReason::Clean).await?;
         let result = async {
             lock.lock().check()?;
             if !was_up {

@@ -123,7 +123,7 @@ impl NodeCleaner {
                 node: addr.to_owned(),
             });
         }
-        let fence = self.raise_and_wait(lock, FenceReason::Clean, true).await?;
+        let fence = self.raise_and_wait(lock, FenceReason::Clean).await?;
         let result = self.clean_under_fence(&fence, leaving, selective).await;
         fence.lower().await;
         result

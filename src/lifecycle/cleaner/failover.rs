@@ -42,7 +42,7 @@ impl NodeCleaner {
             self.fence_out(lock, below).await?;
             return Ok(0);
         }
-        let fence = self.raise_and_wait(lock, FenceReason::Down, false).await?;
+        let fence = self.raise_and_wait(lock, FenceReason::Down).await?;
         let result = self.move_sessions_off(&fence).await;
         fence.lower().await;
         result
@@ -68,7 +68,7 @@ impl NodeCleaner {
     /// restore from the archive) and wipe it with `/clean archive=false`.
     pub async fn wipe(&self, lock: &NodeLock) -> Result<Wiped, CleanError> {
         let addr = lock.node();
-        let fence = self.raise_and_wait(lock, FenceReason::Clean, false).await?;
+        let fence = self.raise_and_wait(lock, FenceReason::Clean).await?;
         let result = async {
             // The wipe archives nothing: its token only fences the node.
             // Taken before anything moves, so a wipe that arrives late (its

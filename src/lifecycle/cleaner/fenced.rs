@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tracing::warn;
 
-use super::{CleanError, NodeCleaner, FENCING_ACK_WAIT, FENCING_SILENCE};
+use super::{CleanError, NodeCleaner};
 use crate::store::FenceReason;
 use crate::store::{NodeLock, LOCK_TTL_MS};
 
@@ -92,23 +92,18 @@ impl Drop for Fenced<'_> {
 }
 
 impl NodeCleaner {
-    /// Raises the fence on a node and waits until every live replica has
-    /// closed its gate to it.
-    /// `token_first`: the node gets the clean's token before any mapping
-    /// changes, so a fencing node refuses what a silent replica sends
-    /// afterwards and the wait may be short. A failover (nothing reaches
-    /// the node) and a wipe (it unmaps first) wait for every replica.
+    /// Raises the fence on a node and waits until every replica not given
+    /// up on has closed its gate to it (`protocol::silence`).
     pub(super) async fn raise_and_wait<'a>(
         &'a self,
         lock: &'a NodeLock,
         reason: FenceReason,
-        token_first: bool,
     ) -> Result<Fenced<'a>, CleanError> {
         // Read before the raise: if Redis changes in between, the fence is
         // on a server this does not name, and is left to the sweep.
         let server = self.store.replicas.server_id().await.ok();
         let started = std::time::Instant::now();
-        let raised = self.raise_and_wait_acks(lock, reason, token_first).await;
+        let raised = self.raise_and_wait_acks(lock, reason).await;
         let outcome = if raised.is_ok() { "acked" } else { "failed" };
         metrics::histogram!("nodes_control_fence_wait_seconds", "outcome" => outcome)
             .record(started.elapsed().as_secs_f64());
@@ -126,7 +121,6 @@ impl NodeCleaner {
         &self,
         lock: &NodeLock,
         reason: FenceReason,
-        token_first: bool,
     ) -> Result<u64, CleanError> {
         let addr = lock.node();
         let seq = self
@@ -139,22 +133,15 @@ impl NodeCleaner {
                 reason,
             )
             .await?;
-        let started = tokio::time::Instant::now();
-        let deadline = started + self.ack_timeout;
-        // A node that enforces fencing epochs refuses whatever a replica
-        // sends it from before this clean, so the replicas that send epochs
-        // are waited for only while they answer promptly (design.md,
-        // "Fencing at the node"): a paused one stalls nobody.
-        let fencing = token_first && self.table.get(addr).is_some_and(|e| e.fences());
+        let deadline = tokio::time::Instant::now() + self.ack_timeout;
         loop {
             // Armed before the check, so an ack arriving meanwhile wakes us.
             let event = self.events.notified();
-            let prompt = match started.elapsed() < FENCING_ACK_WAIT {
-                true => FENCING_SILENCE,
-                false => Duration::ZERO,
-            };
-            let silence = if fencing { prompt } else { self.liveness };
-            let live = self.store.replicas.live_replicas(silence).await?;
+            // A replica silent for longer than this lapsed on its own clock
+            // first: it sends nothing and shows nothing this fence could
+            // hide from it (`protocol::silence`).
+            let wait = self.silence.others_wait();
+            let live = self.store.replicas.live_replicas(wait).await?;
             let acks = self.store.fences.fence_acks(addr, seq).await?;
             let missing: Vec<String> = live.into_iter().filter(|r| !acks.contains(r)).collect();
             if missing.is_empty() {

@@ -29,6 +29,7 @@ mod fenced;
 use std::sync::Arc;
 use std::time::Duration;
 
+use protocol::silence::Silence;
 use tokio::sync::Notify;
 
 use super::detached::Detached;
@@ -85,13 +86,6 @@ pub struct Wiped {
     pub selective: bool,
 }
 
-/// A clean of a fencing node waits for a replica that sends epochs only if
-/// it was heard from within this (two heartbeats)...
-pub const FENCING_SILENCE: Duration = Duration::from_secs(2);
-/// ...and for at most this long: its presses that reach the node after the
-/// clean are refused there, uncounted, and read their mapping again.
-pub const FENCING_ACK_WAIT: Duration = Duration::from_secs(1);
-
 #[derive(Clone)]
 pub struct NodeCleaner {
     store: Store,
@@ -99,11 +93,12 @@ pub struct NodeCleaner {
     client: NodeClient,
     table: Arc<NodeTable>,
     detached: Detached,
-    /// A replica whose heartbeat is older than this is presumed dead and
-    /// not waited for. Longer than a press can take, so a replica cut off
-    /// from Redis has finished its in-flight presses before it is ignored.
-    liveness: Duration,
-    /// How long a cleaner waits for acks before giving up (and retrying later).
+    /// When a silent replica is no longer waited for (`others_wait`): it
+    /// lapsed on its own clock before.
+    silence: Silence,
+    /// How long a cleaner waits for acks before giving up (and retrying
+    /// later): a live replica's presses at the node end within a node
+    /// timeout, a silent one is given up on after `others_wait`.
     ack_timeout: Duration,
     /// Notified whenever a fence event arrives (acks included), so waiting
     /// for acks wakes at once instead of polling.
@@ -111,25 +106,24 @@ pub struct NodeCleaner {
 }
 
 impl NodeCleaner {
-    /// `silence`: how long a replica may be silent and still be pressing a
-    /// node (a press's timeout plus how long it trusts its cache).
     pub fn new(
         store: Store,
         archive: Archive,
         client: NodeClient,
         table: Arc<NodeTable>,
         detached: Detached,
-        silence: Duration,
+        silence: Silence,
         events: Arc<Notify>,
     ) -> Self {
+        let ack_timeout = client.timeout() + silence.others_wait() + Duration::from_secs(2);
         Self {
             store,
             archive,
             client,
             table,
             detached,
-            liveness: silence + Duration::from_secs(1),
-            ack_timeout: silence + Duration::from_secs(2),
+            silence,
+            ack_timeout,
             events,
         }
     }

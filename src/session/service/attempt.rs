@@ -5,14 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use protocol::press::{self, Heard, NodeNow};
-use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::SessionService;
 use crate::archive::events::Actor;
 use crate::cluster::NodeRegistry;
 use crate::nodes::client::Exchange;
-use crate::nodes::deadline::last_look;
+use crate::nodes::deadline::node_silence;
 use crate::nodes::limit::InFlightPermit;
 use crate::nodes::table::InFlight;
 use crate::nodes::{NodeCallError, NodeEntry, Spared};
@@ -96,10 +95,9 @@ impl SessionService {
         let sent = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut exchange = self.client().press(&entry.link, id, epoch, sent.clone())?;
         let sent_at = crate::clock::mono_ms();
-        // An answer that is there when the timer fires too (this replica
-        // was paused) is read, not taken for the node's silence: the
-        // exchange is looked at first, and again once the runtime has
-        // polled its sockets (`last_look`).
+        // The timer runs only while this replica does (`node_silence`):
+        // one stopped or starved meanwhile reads the answer that came,
+        // rather than take the node for silent.
         let result = tokio::select! {
             biased;
             result = &mut exchange => result,
@@ -107,7 +105,7 @@ impl SessionService {
                 let sent = sent.load(std::sync::atomic::Ordering::Acquire);
                 return Ok(Attempt::Abandoned { sent, held });
             }
-            _ = tokio::time::sleep(self.client().timeout()) => last_look(&mut exchange).await,
+            _ = node_silence(self.client().timeout()) => Err(NodeCallError::Timeout),
         };
         match result {
             Ok(count) => {
@@ -209,9 +207,10 @@ impl SessionService {
     /// this replica (paused, or its heartbeat held up): a clean of it may
     /// have gone by without this replica (`protocol::press::count_shown`).
     async fn node_now(&self, entry: &NodeEntry) -> Option<NodeNow<u64>> {
-        let record = self.store().nodes.get_node(&entry.address).await.ok()??;
+        let (record, fenced) = self.store().nodes.node_now(&entry.address).await.ok()??;
         Some(NodeNow {
             down: record.state == crate::store::NodeState::Down,
+            fenced,
             epoch: record.epoch,
         })
     }
@@ -304,18 +303,13 @@ async fn watch_carried(
     if !entry.serves_presses() {
         return None; // declared down meanwhile: its counts are moot
     }
-    let mut tick = tokio::time::interval_at(Instant::now() + patience, patience);
     let (mut periods, mut looked_at) = (0, crate::clock::mono_ms());
     loop {
-        // The tick, too, takes a last look at the exchange first.
         let answered = tokio::select! {
             biased;
             result = &mut exchange => Some(result),
             _ = &mut down => return None,
-            _ = tick.tick() => match last_look(&mut exchange).await {
-                Err(NodeCallError::Timeout) => None,
-                answer => Some(answer),
-            },
+            _ = node_silence(patience) => None,
         };
         match answered {
             // A refusal is an answer too: nothing was counted.

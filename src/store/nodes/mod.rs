@@ -366,6 +366,20 @@ impl Nodes {
         Ok(NodeRecord::from_fields(address, &fields, sessions))
     }
 
+    /// The node as recorded and whether a fence is up on it, read in one
+    /// step (`MULTI` on the control slot): what a count read after this
+    /// replica's silence is judged on (`protocol::press::count_shown`).
+    pub async fn node_now(&self, address: &str) -> StoreResult<Option<(NodeRecord, bool)>> {
+        let (fields, fenced): (Vec<(String, String)>, bool) = redis::pipe()
+            .atomic()
+            .hgetall(self.key(&["node", address]))
+            .hexists(self.key(&["fences"]), address)
+            .query_async(&mut self.conn())
+            .await
+            .context("reading a node and its fence from Redis")?;
+        Ok(NodeRecord::from_fields(address, &fields, None).map(|record| (record, fenced)))
+    }
+
     /// Every registered node, in registration order. O(nodes): admin and
     /// the periodic refresh of each replica's view only.
     pub async fn list_nodes(&self) -> StoreResult<Vec<NodeRecord>> {

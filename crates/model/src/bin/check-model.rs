@@ -1,8 +1,9 @@
 //! `cargo run -p model --release --bin check-model [presses cleans restarts
-//! rollbacks crashes lapses]` (3 1 1 0 0 0 by default): checks the protocol
+//! rollbacks crashes lapses deadlines outstanding]` (3 1 1 0 0 0 0 2 by default): checks the protocol
 //! with every guard in, then with each guard taken out, and prints what
 //! each check found: its states, and the shortest trace that breaks each
-//! property broken. `GUARDS=all` checks only with every guard in.
+//! property broken. `GUARDS=all` checks only with every guard in,
+//! `GUARDS=<guard>` with every guard and without that one.
 
 use model::{check, Guards, Protocol};
 
@@ -52,6 +53,13 @@ fn main() {
                 ..all
             },
         ),
+        (
+            "without silence_order",
+            Guards {
+                silence_order: false,
+                ..all
+            },
+        ),
         ("0.1.0 (no guard)", Guards::NONE),
     ];
     let arg = |n: usize, default: u8| {
@@ -62,18 +70,23 @@ fn main() {
     };
     let (presses, cleans, restarts) = (arg(1, 3), arg(2, 1), arg(3, 1));
     let (rollbacks, crashes, lapses) = (arg(4, 0), arg(5, 0), arg(6, 0));
-    let only_all = std::env::var("GUARDS").is_ok_and(|g| g == "all");
-    for (name, guards) in runs.into_iter().take(if only_all { 1 } else { usize::MAX }) {
+    let (deadlines, outstanding) = (arg(7, 0), arg(8, 2));
+    // GUARDS=all: every guard only; GUARDS=<guard>: every guard, and
+    // without that one.
+    let only = std::env::var("GUARDS").unwrap_or_default();
+    let chosen = |name: &str| only.is_empty() || name == "every guard" || name.ends_with(&only);
+    for (name, guards) in runs.into_iter().filter(|(name, _)| chosen(name)) {
         let started = std::time::Instant::now();
         let report = check(Protocol {
             guards,
             presses,
-            outstanding: 2,
+            outstanding,
             cleans,
             restarts,
             rollbacks,
             crashes,
             lapses,
+            deadlines,
         });
         println!(
             "{name}: {} states in {:.1?}",
