@@ -1,6 +1,6 @@
 # Common runs. `make up` is the docker compose stack without Docker;
 # `make help` lists every target with the line that says what it does.
-.PHONY: help up down node test test-cluster e2e lint fmt bench-sweep bench-press bench-slow bench-capacity agents sessions compare
+.PHONY: help up down node test test-cluster e2e lint fmt mutants bench-sweep bench-press bench-slow bench-capacity agents sessions compare
 .DEFAULT_GOAL := help
 
 ## help: this list
@@ -44,6 +44,13 @@ lint:
 ## fmt: cargo fmt
 fmt:
 	cargo fmt --all
+
+# Every mutant of the shared decisions caught by a test (installs
+# cargo-mutants from crates.io when missing; about half a minute).
+## mutants: cargo mutants over crates/protocol; fails on a surviving mutant
+mutants:
+	command -v cargo-mutants >/dev/null || cargo install --locked cargo-mutants
+	cargo mutants -p protocol --output target
 
 # One sweep of 10,000 expired among 1,000,000 live sessions (needs Redis, Postgres).
 ## bench-sweep: one sweep of 10,000 expired among 1,000,000 sessions

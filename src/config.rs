@@ -288,12 +288,12 @@ impl Config {
             self.lease_ms,
             (heartbeat * 2).as_millis()
         );
-        let press = crate::session::press_budget(self.node_timeout()) + self.node_timeout();
+        let press = crate::session::press_budget(self.node_timeout()) + self.node_timeout() * 2;
         if Duration::from_millis(self.request_timeout_ms) < press {
             tracing::warn!(
                 request_timeout_ms = self.request_timeout_ms,
                 press_ms = press.as_millis() as u64,
-                "REQUEST_TIMEOUT_MS is shorter than a press may take (4 x NODE_TIMEOUT_MS + 2 s): \
+                "REQUEST_TIMEOUT_MS is shorter than a press may take (5 x NODE_TIMEOUT_MS + 2 s): \
                  a press it cuts answers 504 request_timeout, where it would have said what happened"
             );
         }

@@ -984,7 +984,7 @@ async fn a_count_read_after_a_lease_lapse_is_not_shown_when_the_session_moved_me
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     node.resume();
-    // Silent for longer than a fencing clean waits for a replica.
+    // Silent past its lease (LEASE_MS 2000).
     tokio::time::sleep(Duration::from_millis(2500)).await;
     paused.resume();
     let (status, body) = late.await.unwrap();

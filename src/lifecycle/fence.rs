@@ -84,24 +84,28 @@ impl Lease {
         self.is_fresh() && self.contact().0 == contact.0
     }
 
-    /// Renews from a contact that started at `sent`.
-    fn renew(&self, sent: std::time::Instant) {
-        let at = sent.duration_since(self.origin).as_millis() as u64 + 1;
-        let before = self
-            .renewed
-            .fetch_max(at, std::sync::atomic::Ordering::AcqRel);
-        if before != 0 && self.lapsed_between(before, at) {
+    /// At the end of a contact, before it renews the lease: whether the
+    /// lease ran out at any moment from the last renewal until now (or was
+    /// never renewed). Judged at the end, not at the contact's start: a
+    /// contact that stalled past the lease may have read the fences after
+    /// one was raised and lowered without this replica. A lapse is counted
+    /// here, before the lease is fresh again, so a press that reads the
+    /// lease sees the one or the other.
+    fn lapsed_until_now(&self) -> bool {
+        let renewed = self.renewed.load(std::sync::atomic::Ordering::Acquire);
+        let lapsed = self.lapsed_between(renewed, self.now());
+        if lapsed {
             self.gaps.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         }
+        lapsed
     }
 
-    /// Whether the lease had run out by `sent` (or was never renewed): a
-    /// replica paused or cut off past its lease may have missed fences
-    /// raised and lowered meanwhile.
-    fn lapsed_at(&self, sent: std::time::Instant) -> bool {
-        let renewed = self.renewed.load(std::sync::atomic::Ordering::Acquire);
+    /// Renews from a contact that started at `sent` (polls are serialised:
+    /// `FenceWatcher::polling`).
+    fn renew(&self, sent: std::time::Instant) {
         let at = sent.duration_since(self.origin).as_millis() as u64 + 1;
-        self.lapsed_between(renewed, at)
+        self.renewed
+            .fetch_max(at, std::sync::atomic::Ordering::AcqRel);
     }
 
     pub fn is_fresh(&self) -> bool {
@@ -188,11 +192,11 @@ impl FenceWatcher {
         for (node, seq, reason, released) in missing {
             self.close_gate(node, seq, reason, released).await;
         }
-        // A lease that ran out may have missed fences raised and lowered
-        // while this replica was paused or cut off: every mapping read
-        // before now (cached or in flight) is void, before the lease is
-        // trusted again.
-        if self.lease.lapsed_at(sent) {
+        // A lease that ran out, even while this poll ran, may have missed
+        // fences raised and lowered while this replica was paused or cut
+        // off: every mapping read before now (cached or in flight) is
+        // void, before the lease is trusted again.
+        if self.lease.lapsed_until_now() {
             self.table.cleaned_all();
         }
         // Every fence raised before `sent` is being honoured now.
@@ -314,5 +318,47 @@ struct AbortOnDrop(tokio::task::JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lease whose last renewal started `ago_ms` before now.
+    fn renewed_ago(ago_ms: u64) -> Lease {
+        let mut lease = Lease::new(Silence::new(Duration::from_secs(3)));
+        lease.origin -= Duration::from_secs(10);
+        let at = lease.now() - ago_ms;
+        lease
+            .renewed
+            .store(at, std::sync::atomic::Ordering::Release);
+        lease
+    }
+
+    /// A poll that started within the lease and ended past it (it
+    /// stalled) may have read the fences after one went by: it voids, and
+    /// a press sent before is no longer in touch, though the lease is
+    /// fresh again from the poll's start.
+    #[test]
+    fn a_contact_that_ends_after_the_lease_ran_out_counts_a_lapse() {
+        let lease = renewed_ago(3_100);
+        let press = lease.contact();
+        assert!(!lease.is_fresh());
+        let sent = lease.origin + Duration::from_millis(lease.now() - 200);
+        assert!(lease.lapsed_until_now());
+        lease.renew(sent);
+        assert!(lease.is_fresh());
+        assert!(!lease.unbroken_since(press));
+    }
+
+    #[test]
+    fn a_contact_that_ends_within_the_lease_keeps_it_unbroken() {
+        let lease = renewed_ago(1_000);
+        let press = lease.contact();
+        let sent = lease.origin + Duration::from_millis(lease.now() - 200);
+        assert!(!lease.lapsed_until_now());
+        lease.renew(sent);
+        assert!(lease.unbroken_since(press));
     }
 }

@@ -77,17 +77,18 @@ impl Watch {
 
 /// Resolves once `limit` has passed in one stretch this process ran
 /// through: the timer of a node call. A stretch with a stall in it is
-/// started again from its end, however often that happens; the press's
-/// own deadline and `REQUEST_TIMEOUT_MS` still bound the whole.
+/// started once more, and the second is judged whatever happened in it:
+/// a host that stalls in every stretch of a node timeout cannot be waited
+/// on for ever (a clean, a health check has no other bound), and one its
+/// timer then wrongs loses a node's clicks since its archive, never
+/// above the truth. A node call takes at most two `limit`s.
 pub async fn node_silence(limit: Duration) {
-    loop {
-        // Watched from before the stretch begins.
-        watch();
-        let since = mono_ms();
+    // Watched from before the stretch begins.
+    watch();
+    let since = mono_ms();
+    tokio::time::sleep(limit).await;
+    if !ran_through(since) {
         tokio::time::sleep(limit).await;
-        if ran_through(since) {
-            return;
-        }
     }
 }
 

@@ -92,8 +92,9 @@ impl PressSettings {
 }
 
 /// The press budget ([`SessionService`]'s `budget`) for a node timeout:
-/// rounds start until it is spent, and the last may take one node timeout
-/// more.
+/// rounds start until it is spent, and the last may take two node
+/// timeouts more (its timer started again after a stall of this process,
+/// `nodes::deadline::node_silence`).
 pub fn press_budget(node_timeout: Duration) -> Duration {
     node_timeout * 3 + Duration::from_secs(2)
 }

@@ -162,6 +162,13 @@ mod tests {
         assert_eq!(spare(true, false, true), None);
     }
 
+    /// The reason logged and answered says which evidence spared it.
+    #[test]
+    fn each_reason_to_spare_a_node_says_what_was_seen() {
+        assert!(Spared::Saturated.as_str().contains("answers others"));
+        assert!(Spared::LastNode.as_str().contains("no other node serves"));
+    }
+
     #[test]
     fn after_a_silence_a_count_is_shown_only_while_its_node_serves_unfenced_under_the_same_epoch() {
         let up = |epoch| {

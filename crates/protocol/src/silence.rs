@@ -85,6 +85,7 @@ mod tests {
     #[test]
     fn the_others_wait_the_lease_and_its_margin() {
         let silence = Silence::new(Duration::from_secs(4));
+        assert_eq!(silence.lease(), Duration::from_secs(4));
         assert_eq!(silence.others_wait(), Duration::from_secs(5));
         assert!(!silence.given_up(Duration::from_secs(5)));
         assert!(silence.given_up(Duration::from_millis(5001)));
