@@ -434,7 +434,9 @@ impl State {
                 self.answer(replica, press, Answer::Counted(clicks))
             }
             press::Next::Unknown => self.answer(replica, press, Answer::Unknown),
-            press::Next::Again => self.set_step(replica, press, Some(Step::Lookup)),
+            // Failed over first: the node is down, the cleaner's fence
+            // of it follows (`RaiseFence`); a requeue stays in `Timer`.
+            press::Next::Again(_) => self.set_step(replica, press, Some(Step::Lookup)),
         }
     }
 
@@ -1000,14 +1002,14 @@ impl Model for Protocol {
                 let mut next = press::next(heard, base);
                 if sent && failed && !g.retry_only_unsent {
                     // 0.1.0: failed over, then tried again elsewhere...
-                    next = press::Next::Again;
+                    next = press::Next::Again(press::Again::FailOver);
                 }
                 if sent && !failed && !g.unknown_is_504 {
                     // ... and a spared node's silence answered 503.
                     s.answer(replica, press, Answer::NotCounted);
                     return Some(s);
                 }
-                if next == press::Next::Again && !failed {
+                if next == press::Next::Again(press::Again::Requeue) {
                     // Spared, not sent: queued again on the same mapping
                     // (`requeue`).
                     let send = Step::Send {

@@ -33,10 +33,22 @@ pub enum Next<T> {
     Answer(T),
     /// 504: the node took the press and its outcome is unknown.
     Unknown,
-    /// Nothing was counted: the press goes round again, on the mapping
-    /// read anew (a failed node failed over first), or, when the connect
-    /// to a spared node timed out, queued again on the same mapping.
-    Again,
+    /// Nothing was counted: the press goes round again.
+    Again(Again),
+}
+
+/// How a press that was not counted goes round again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Again {
+    /// On the mapping read anew: a fencing node refused it, having cleaned
+    /// the session since the mapping was read.
+    Reread,
+    /// Its node failed over first (it failed, or was declared down, before
+    /// a byte of the press left), then on the mapping read anew.
+    FailOver,
+    /// Queued again on the same mapping: the connect to a spared node
+    /// timed out (its backlog is full; it is alive).
+    Requeue,
 }
 
 /// The retry rule.
@@ -44,11 +56,10 @@ pub fn next<T: Add<Output = T>>(heard: Heard<T>, base: T) -> Next<T> {
     match heard {
         Heard::Counted { count, shown: true } => Next::Answer(base + count),
         Heard::Counted { shown: false, .. } => Next::Unknown,
-        Heard::Refused => Next::Again,
-        Heard::Failed { sent } | Heard::Spared { sent } => match sent {
-            true => Next::Unknown,
-            false => Next::Again,
-        },
+        Heard::Refused => Next::Again(Again::Reread),
+        Heard::Failed { sent: false } => Next::Again(Again::FailOver),
+        Heard::Spared { sent: false } => Next::Again(Again::Requeue),
+        Heard::Failed { sent: true } | Heard::Spared { sent: true } => Next::Unknown,
     }
 }
 
@@ -142,13 +153,12 @@ mod tests {
 
     #[test]
     fn a_press_that_provably_was_not_counted_goes_round_again() {
-        for heard in [
-            Heard::Refused,
-            Heard::Failed { sent: false },
-            Heard::Spared { sent: false },
-        ] {
-            assert_eq!(next(heard, 0), Next::<u8>::Again);
-        }
+        let again = |how| Next::<u8>::Again(how);
+        assert_eq!(next(Heard::Refused, 0), again(Again::Reread));
+        let failed = Heard::Failed { sent: false };
+        assert_eq!(next(failed, 0), again(Again::FailOver));
+        let spared = Heard::Spared { sent: false };
+        assert_eq!(next(spared, 0), again(Again::Requeue));
     }
 
     #[test]

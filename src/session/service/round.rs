@@ -214,21 +214,26 @@ impl SessionService {
                 }
                 Err(unknown(round.id, &entry, attempt))
             }
-            press::Next::Again => self.again(round, entry, current, attempt).await,
+            press::Next::Again(how) => self.again(round, entry, current, attempt, how).await,
         }
     }
 
-    /// Another round: nothing was counted. A fencing refusal reads the
-    /// mapping again; a spared node's full backlog queues again; a failed
-    /// node is failed over first (`Timer { failed: true, sent: false }`, then `Lookup`).
+    /// Another round: nothing was counted. `how` (`protocol::press::Again`):
+    /// a fencing refusal reads the mapping again; a spared node's full
+    /// backlog queues again; a failed node is failed over first
+    /// (`Timer { failed: true, sent: false }`, then `Lookup`).
     async fn again(
         &self,
         round: &mut Round<'_>,
         entry: Arc<NodeEntry>,
         current: Mapping,
         attempt: Attempt,
+        how: press::Again,
     ) -> Result<Next, PressError> {
         let id = round.id;
+        if how == press::Again::Requeue {
+            return requeue(round, &entry, current);
+        }
         let held = match attempt {
             // The node cleaned the session after its mapping was read.
             // Learn the node's epoch, read again.
@@ -240,7 +245,9 @@ impl SessionService {
                 self.reread(round).await?;
                 return Ok(Next::Again);
             }
-            Attempt::Spared { .. } => return requeue(round, &entry, current),
+            // Never another round but a requeue by the rule: the node may
+            // have counted it.
+            spared @ Attempt::Spared { .. } => return Err(unknown(id, &entry, spared)),
             Attempt::Abandoned { held, .. } => {
                 debug!(node = %entry.address, session = %logged(id), "press not sent: node declared down");
                 held
