@@ -1008,6 +1008,35 @@ async fn a_count_read_after_a_lease_lapse_is_not_shown_when_the_session_moved_me
     assert!(body.contains("replica_paused"), "{body}");
 }
 
+/// Waits until `balancer` has a press in flight at `node` (`GET /nodes`).
+async fn at_node(balancer: &common::process::BalancerProcess, node: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let listed: Vec<serde_json::Value> = balancer
+            .http()
+            .get(format!("{}/nodes", balancer.url))
+            .bearer_auth(common::ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let in_flight = listed
+            .iter()
+            .find(|n| n["address"] == node)
+            .and_then(|n| n["in_flight"].as_u64());
+        if in_flight.is_some_and(|n| n > 0) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no press at {node}: {listed:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Issue 44's hole 1: a replica paused 1.2 s (past a second, short of its
 /// lease) with a press at a fencing node that is stopped too, while the
 /// other replica removes that node. Before, the removal went on without
@@ -1059,7 +1088,9 @@ async fn a_replica_paused_across_a_fencing_removal_repeats_no_answer() {
                 (answer.status(), answer.text().await.unwrap())
             }
         });
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Stopped as soon as the press is at the node (its timer runs
+        // from the send, 300 ms).
+        at_node(&paused, &node.address).await;
         paused.pause();
         let removal = tokio::spawn({
             let (http, url, address) = (
