@@ -952,18 +952,7 @@ async fn a_count_read_after_a_lease_lapse_is_not_shown_when_the_session_moved_me
     let served_by = first.headers()["x-served-by"].to_str().unwrap().to_owned();
     let node = nodes.iter().find(|n| n.name == served_by).unwrap();
     node.pause();
-    let late = tokio::spawn({
-        let (http, url, session) = (paused.http().clone(), paused.url.clone(), session.clone());
-        async move {
-            let answer = http
-                .post(format!("{url}/press"))
-                .json(&serde_json::json!({ "session_id": session }))
-                .send()
-                .await
-                .unwrap();
-            (answer.status(), answer.text().await.unwrap())
-        }
-    });
+    let late = paused.press_in_background(&session);
     tokio::time::sleep(Duration::from_millis(200)).await;
     paused.pause();
     // The other replica finds the node silent, fails it over, and the
@@ -1076,18 +1065,7 @@ async fn a_replica_paused_across_a_fencing_removal_repeats_no_answer() {
         let node = nodes.iter().find(|n| n.name == served_by).unwrap();
         let mut shown = vec![testkit::parse_clicks(&first.text().await.unwrap()).unwrap()];
         node.pause();
-        let late = tokio::spawn({
-            let (http, url, session) = (paused.http().clone(), paused.url.clone(), session.clone());
-            async move {
-                let answer = http
-                    .post(format!("{url}/press"))
-                    .json(&serde_json::json!({ "session_id": session }))
-                    .send()
-                    .await
-                    .unwrap();
-                (answer.status(), answer.text().await.unwrap())
-            }
-        });
+        let late = paused.press_in_background(&session);
         // Stopped as soon as the press is at the node (its timer runs
         // from the send, 300 ms).
         at_node(&paused, &node.address).await;

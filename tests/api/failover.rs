@@ -546,22 +546,7 @@ async fn a_placement_on_a_fold_older_than_the_sessions_last_unmap_folds_again() 
     other.remove_node(&on(&first)).await;
     // The fold reaches Postgres and runs; its answer waits.
     postgres.hold_answers_to(&session);
-    let late = tokio::spawn({
-        let (http, url, session) = (
-            folding.http.clone(),
-            folding.address.clone(),
-            session.clone(),
-        );
-        async move {
-            let answer = http
-                .post(format!("{url}/press"))
-                .json(&serde_json::json!({ "session_id": session }))
-                .send()
-                .await
-                .unwrap();
-            (answer.status().as_u16(), answer.text().await.unwrap())
-        }
-    });
+    let late = folding.press_in_background(&session);
     eventually(Duration::from_secs(5), "the fold answered", || async {
         match postgres.held_bytes() {
             0 => Err(0),
@@ -574,11 +559,12 @@ async fn a_placement_on_a_fold_older_than_the_sessions_last_unmap_folds_again() 
     assert_eq!(elsewhere.clicks(), 5);
     other.remove_node(&on(&elsewhere)).await;
     postgres.restore();
-    let (status, body) = late.await.unwrap();
-    assert_eq!(status, 200, "{body}");
+    let late = late.await.unwrap();
+    assert_eq!(late.status, 200, "{}", late.body);
     assert_eq!(
-        testkit::parse_clicks(&body),
+        testkit::parse_clicks(&late.body),
         Some(6),
-        "placed on a fold from before the last unmap: {body}"
+        "placed on a fold from before the last unmap: {}",
+        late.body
     );
 }

@@ -106,6 +106,29 @@ async fn place_lua_decides_as_the_model_s_place_action_in_every_state() {
     assert_eq!(checked, 72);
 }
 
+/// A new session, mapped to `standing` (if any) with `base`, both nodes up.
+async fn session_on(
+    app: &common::TestApp,
+    nodes: &[String],
+    tag: &str,
+    standing: Option<u8>,
+    base: i64,
+) -> String {
+    set_up(app, nodes, [true, true]).await;
+    let id = unique(tag);
+    if let Some(node) = standing {
+        let expires = now_ms() + 60_000;
+        let preferred = Some(nodes[node as usize].as_str());
+        let first = app
+            .ctx
+            .store
+            .sessions
+            .place(&id, base, expires, None, preferred, None);
+        assert!(matches!(first.await.unwrap(), Placed::Placed(p) if p.created));
+    }
+    id
+}
+
 /// One placement by the script and by `protocol::placement::place`, from
 /// a mapping on `standing`, with the press naming `stale_node` stale, a
 /// base folded before the group's last unmap or not, the nodes `up`.
@@ -116,14 +139,7 @@ async fn place_both_ways(
     expires: i64,
 ) -> (Option<Model>, Option<Model>) {
     let store = &app.ctx.store;
-    let id = unique("model-place");
-    set_up(app, nodes, [true, true]).await;
-    if let Some(node) = standing {
-        let first = store
-            .sessions
-            .place(&id, 7, expires, None, Some(&nodes[node as usize]), None);
-        assert!(matches!(first.await.unwrap(), Placed::Placed(p) if p.created));
-    }
+    let id = session_on(app, nodes, "model-place", standing, 7).await;
     let mapping = mapping_of(app, &id, nodes).await;
     assert_eq!(mapping.map(|m| m.0), standing);
     let seen = store.sessions.unmaps_seen(&id).await.unwrap();
@@ -169,18 +185,9 @@ async fn a_clean_s_rebase_decides_as_the_model_s_rebase_in_every_state() {
     let started = start_nodes(&app, 2, false).await;
     let nodes: Vec<String> = started.iter().map(|n| n.address.clone()).collect();
     let store = &app.ctx.store;
-    let expires = now_ms() + 60_000;
     for standing in [None, Some(0u8), Some(1)] {
         for target in [0u8, 1] {
-            set_up(&app, &nodes, [true, true]).await;
-            let id = unique("model-rebase");
-            if let Some(node) = standing {
-                let first =
-                    store
-                        .sessions
-                        .place(&id, 5, expires, None, Some(&nodes[node as usize]), None);
-                assert!(matches!(first.await.unwrap(), Placed::Placed(p) if p.created));
-            }
+            let id = session_on(&app, &nodes, "model-rebase", standing, 5).await;
             let before = mapping_of(&app, &id, &nodes).await;
             let seen = store.sessions.unmaps_seen(&id).await.unwrap();
             let node = nodes[target as usize].clone();
@@ -208,18 +215,9 @@ async fn unmap_lua_decides_as_the_model_s_unmap_in_every_state() {
     let started = start_nodes(&app, 2, false).await;
     let nodes: Vec<String> = started.iter().map(|n| n.address.clone()).collect();
     let store = &app.ctx.store;
-    let expires = now_ms() + 60_000;
     for standing in [None, Some(0u8), Some(1)] {
         for target in [0u8, 1] {
-            set_up(&app, &nodes, [true, true]).await;
-            let id = unique("model-unmap");
-            if let Some(node) = standing {
-                let first =
-                    store
-                        .sessions
-                        .place(&id, 5, expires, None, Some(&nodes[node as usize]), None);
-                assert!(matches!(first.await.unwrap(), Placed::Placed(p) if p.created));
-            }
+            let id = session_on(&app, &nodes, "model-unmap", standing, 5).await;
             let before = mapping_of(&app, &id, &nodes).await;
             let seen = store.sessions.unmaps_seen(&id).await.unwrap();
             let node = nodes[target as usize].clone();

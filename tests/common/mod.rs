@@ -137,6 +137,21 @@ impl TestApp {
         }
     }
 
+    /// A press sent from a task of its own (its answer comes later).
+    pub fn press_in_background(&self, session_id: &str) -> tokio::task::JoinHandle<PressAnswer> {
+        teardown::pressed(&self.config.redis_key_prefix, session_id);
+        let (http, url) = (self.http.clone(), format!("{}/press", self.address));
+        let body = serde_json::json!({ "session_id": session_id });
+        tokio::spawn(async move {
+            let response = http.post(url).json(&body).send().await.unwrap();
+            PressAnswer {
+                status: response.status().as_u16(),
+                served_by: None,
+                body: response.text().await.unwrap(),
+            }
+        })
+    }
+
     /// `POST /node` with the admin token; returns status and JSON body.
     pub async fn node_command(&self, body: Value) -> (u16, Value) {
         let response = self

@@ -339,6 +339,26 @@ impl BalancerProcess {
         &self.http
     }
 
+    /// A press sent from a task of its own (its answer comes later, e.g.
+    /// once a stopped node or replica resumes): its status and body.
+    #[allow(dead_code)] // the fault suite's
+    pub fn press_in_background(
+        &self,
+        session: &str,
+    ) -> tokio::task::JoinHandle<(reqwest::StatusCode, String)> {
+        let (http, url) = (self.http.clone(), self.url.clone());
+        let body = serde_json::json!({ "session_id": session });
+        tokio::spawn(async move {
+            let answer = http
+                .post(format!("{url}/press"))
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            (answer.status(), answer.text().await.unwrap())
+        })
+    }
+
     pub async fn press(&self, session: &str) -> reqwest::Response {
         self.http
             .post(format!("{}/press", self.url))

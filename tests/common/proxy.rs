@@ -126,58 +126,64 @@ async fn pipe(
     hold: Arc<Hold>,
     bytes_up: Arc<AtomicU64>,
 ) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (mut in_read, mut in_write) = inbound.into_split();
     let (mut out_read, mut out_write) = outbound.into_split();
     let marked = AtomicBool::new(false);
-    let wait_while = |stop: &dyn Fn() -> bool| {
-        let stop = stop();
-        async move {
-            if stop {
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-            }
-            stop
-        }
-    };
-    let up = async {
-        let mut buffer = vec![0u8; 16 * 1024];
-        loop {
-            let n = match in_read.read(&mut buffer).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            };
-            if hold.marks(&buffer[..n]) {
+    let held_here = || marked.load(Ordering::SeqCst) && hold.holding();
+    let up = copy(
+        &mut in_read,
+        &mut out_write,
+        |chunk| {
+            if hold.marks(chunk) {
                 marked.store(true, Ordering::SeqCst);
             }
-            while wait_while(&|| blackholed.load(Ordering::SeqCst)).await {}
-            if out_write.write_all(&buffer[..n]).await.is_err() {
-                return;
-            }
+        },
+        || blackholed.load(Ordering::SeqCst),
+        |n| {
             bytes_up.fetch_add(n as u64, Ordering::SeqCst);
-        }
-    };
-    let down = async {
-        let mut buffer = vec![0u8; 16 * 1024];
-        loop {
-            let n = match out_read.read(&mut buffer).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            };
-            if marked.load(Ordering::SeqCst) && hold.holding() {
-                hold.held.fetch_add(n as u64, Ordering::SeqCst);
+        },
+    );
+    let down = copy(
+        &mut out_read,
+        &mut in_write,
+        |chunk| {
+            if held_here() {
+                hold.held.fetch_add(chunk.len() as u64, Ordering::SeqCst);
             }
-            let stopped = || {
-                blackholed.load(Ordering::SeqCst) || marked.load(Ordering::SeqCst) && hold.holding()
-            };
-            while wait_while(&stopped).await {}
-            if in_write.write_all(&buffer[..n]).await.is_err() {
-                return;
-            }
-        }
-    };
+        },
+        || blackholed.load(Ordering::SeqCst) || held_here(),
+        |_| {},
+    );
     tokio::select! {
         _ = up => {}
         _ = down => {}
+    }
+}
+
+/// Copies `from` to `to`, each chunk seen by `read` as it arrives, held
+/// while `stopped`, counted by `written` once forwarded.
+async fn copy(
+    from: &mut (impl tokio::io::AsyncRead + Unpin),
+    to: &mut (impl tokio::io::AsyncWrite + Unpin),
+    read: impl Fn(&[u8]),
+    stopped: impl Fn() -> bool,
+    written: impl Fn(usize),
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buffer = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        read(&buffer[..n]);
+        while stopped() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        if to.write_all(&buffer[..n]).await.is_err() {
+            return;
+        }
+        written(n);
     }
 }
 
