@@ -257,7 +257,7 @@ async fn an_interrupted_clean_is_finished_by_the_next_sweep_by_cleaning_and_fold
             seq,
             generation: token,
             leaving: vec![a.clone()],
-            selective: false,
+            expired_by: None,
         };
         assert!(store
             .fences

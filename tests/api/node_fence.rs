@@ -30,7 +30,7 @@ async fn begin_clean(
         seq,
         generation: app.ctx.archive.issue_token(addr).await.unwrap(),
         leaving: vec![leaving.to_owned()],
-        selective: true,
+        expired_by: Some(i64::MAX),
     };
     assert!(store
         .fences
@@ -113,7 +113,7 @@ async fn a_press_refused_after_a_clean_the_registry_did_not_record_is_answered()
         assert_eq!(cleaned.status(), 200);
         store
             .sessions
-            .apply_clean(lock.lock(), addr, std::slice::from_ref(s), &[])
+            .apply_clean(lock.lock(), addr, std::slice::from_ref(s), None, &[])
             .await
             .unwrap();
         archive.complete_token(token).await.unwrap();
@@ -226,7 +226,7 @@ async fn a_cleaner_resuming_after_its_lock_passed_on_changes_nothing() {
         assert_eq!(late.status(), 200);
         let unmap = store
             .sessions
-            .apply_clean(lock.lock(), addr_ref, &[s_ref.to_owned()], &[])
+            .apply_clean(lock.lock(), addr_ref, &[s_ref.to_owned()], None, &[])
             .await;
         assert!(unmap.is_err_and(|e| e.is_lock_lost()), "the unmap landed");
         let ended = store

@@ -439,12 +439,12 @@ async fn a_clean_of_more_sessions_than_one_script_names_unmaps_and_rebases_every
     let (first, again) = common::under_node_lock(store, address, |lock| async move {
         let first = store
             .sessions
-            .apply_clean(lock.lock(), address, leaving, rebased)
+            .apply_clean(lock.lock(), address, leaving, None, rebased)
             .await
             .unwrap();
         let again = store
             .sessions
-            .apply_clean(lock.lock(), address, leaving, rebased)
+            .apply_clean(lock.lock(), address, leaving, None, rebased)
             .await
             .unwrap();
         (first, again)
@@ -559,7 +559,7 @@ async fn a_clean_all_node_with_300_000_live_sessions_is_rebased_in_slices_that_e
     let outcome = common::under_node_lock(store, address, |lock| async move {
         store
             .sessions
-            .apply_clean(lock.lock(), address, &[], rebased)
+            .apply_clean(lock.lock(), address, &[], None, rebased)
             .await
     })
     .await;
@@ -725,6 +725,13 @@ async fn a_placement_folded_before_an_unmap_in_its_group_is_refused() {
     })
     .await;
     assert_eq!(unmapped, std::slice::from_ref(&id));
+    // The unmap closed the node to new sessions (on a cluster); a recovery
+    // opens it again.
+    store
+        .sessions
+        .open_to_new_sessions(&nodes[0].address)
+        .await
+        .unwrap();
     // The paused replica's placement, on the base it folded before.
     let late = store
         .sessions
@@ -733,15 +740,46 @@ async fn a_placement_folded_before_an_unmap_in_its_group_is_refused() {
     assert!(store.sessions.lookup(&id).await.unwrap().is_none());
     let again = store.sessions.unmaps_seen(&id).await.unwrap();
     assert_ne!(again, seen);
-    // The unmap closed the node to new sessions (on a cluster); a recovery
-    // opens it again.
-    store
-        .sessions
-        .open_to_new_sessions(&nodes[0].address)
-        .await
-        .unwrap();
     let placed = store
         .sessions
         .place(&id, 0, expires, None, None, Some(&again));
     assert!(matches!(placed.await.unwrap(), Placed::Placed(p) if p.created));
+}
+
+/// An expiry's unmap that runs again (on a Redis Cluster a script whose
+/// reply was lost is sent again) after its session was placed anew on
+/// the same node leaves the new placement alone: it ends after the
+/// clean's moment (the model's unmap_takes_its_own, whose trace without
+/// it repeats an answer).
+#[tokio::test]
+async fn an_expirys_unmap_run_again_leaves_the_session_placed_anew_on_its_node() {
+    let app = spawn_app().await;
+    let nodes = start_nodes(&app, 1, false).await;
+    let store = &app.ctx.store;
+    let (id, address) = (unique("unmap-again"), nodes[0].address.as_str());
+    let ended = now_ms() - 1_000;
+    let placed = store.sessions.place(&id, 0, ended, None, None, None);
+    assert!(matches!(placed.await.unwrap(), Placed::Placed(p) if p.created));
+    let expired_by = now_ms();
+    let leaving = std::slice::from_ref(&id);
+    let unmap = || {
+        common::under_node_lock(store, address, |lock| async move {
+            store
+                .sessions
+                .apply_clean(lock.lock(), lock.node(), leaving, Some(expired_by), &[])
+                .await
+                .unwrap()
+        })
+    };
+    assert_eq!(unmap().await, 1);
+    // The session comes back and is placed on the node again.
+    let live = now_ms() + 60_000;
+    let placed = store.sessions.place(&id, 7, live, None, None, None);
+    assert!(matches!(placed.await.unwrap(), Placed::Placed(p) if p.created));
+    assert_eq!(unmap().await, 0, "the new placement is not the clean's");
+    let mapping = store.sessions.lookup(&id).await.unwrap();
+    assert_eq!(
+        mapping.map(|m| (m.node, m.base)),
+        Some((address.to_owned(), 7))
+    );
 }

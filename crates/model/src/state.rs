@@ -43,6 +43,12 @@ pub struct Guards {
     /// `LEASE_MS`, the others' with a margin). Out, the others may give up
     /// first, as 0.2.0's one-second wait did before the two-second lapse.
     pub silence_order: bool,
+    /// A clean's unmap takes only the placements it was made for: an
+    /// expiry's, those that ended by the time the clean began (a session
+    /// placed anew on the same node ends later); a removal's or a
+    /// failover's, every one (the node is closed to new sessions). Out, a
+    /// script that runs again unmaps the session placed anew meanwhile.
+    pub unmap_takes_its_own: bool,
 }
 
 impl Guards {
@@ -55,6 +61,7 @@ impl Guards {
         identity_check: true,
         lease_voids_answers: true,
         silence_order: true,
+        unmap_takes_its_own: true,
     };
 
     /// The protocol as the code had it at 0.1.0.
@@ -66,6 +73,7 @@ impl Guards {
         identity_check: false,
         lease_voids_answers: false,
         silence_order: false,
+        unmap_takes_its_own: false,
     };
 }
 
@@ -94,6 +102,21 @@ pub struct Protocol {
     /// How many presses `REQUEST_TIMEOUT_MS` may drop while they wait at
     /// their node (answered 504 `request_timeout`, their gate released).
     pub deadlines: u8,
+    /// How many times a clean's last script (its unmap, or its re-base)
+    /// may run a second time later: on a Redis Cluster, a script whose
+    /// reply was lost with its connection is sent again, and the first
+    /// run may have landed.
+    pub replays: u8,
+}
+
+/// A clean's script that may run again later (`Action::ScriptRunsAgain`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Replay {
+    /// `unmap.lua` taking the session off `node` (a clean's, or a
+    /// failover's).
+    Unmap { node: u8 },
+    /// `unmap.lua`'s re-based pair: the session stays on `node` at `total`.
+    Rebase { node: u8, total: u8 },
 }
 
 /// What Redis holds of the session and the nodes' fencing epochs: what an
@@ -301,6 +324,9 @@ pub struct State {
     pub crashes: u8,
     pub lapses: u8,
     pub deadlines: u8,
+    /// The clean script that may yet run again, and how many did.
+    pub replay: Option<Replay>,
+    pub replays: u8,
     // The client, and what the checker knows.
     pub presses: Vec<Press>,
     /// Clicks counted by nodes (the client's presses that counted).
@@ -387,6 +413,8 @@ pub enum Action {
     /// way; its first `poll_once` closes its gates for the fences up and
     /// fences wait for it again.
     ReplicaStarts { replica: u8 },
+    /// A clean's last script runs a second time (`State::replay`).
+    ScriptRunsAgain,
     /// Redis writes a snapshot (`BGSAVE`, or its `save` rules).
     RedisSaves,
     /// Redis restarts empty (no persistence, or its files lost): as a
@@ -509,6 +537,15 @@ impl State {
         }
     }
 
+    /// A clean's last script ran; within the bounds, it may run again
+    /// later (replacing one that has not yet).
+    fn may_replay(&mut self, replay: Replay, bound: u8) {
+        if self.replays < bound {
+            self.replays += 1;
+            self.replay = Some(replay);
+        }
+    }
+
     /// The failover's unmap: what the node counted since its last archive
     /// is lost (mapped there, or not any more: after a rebuild's wipe).
     fn fail_over(&mut self, node: u8) {
@@ -614,6 +651,8 @@ impl Model for Protocol {
             crashes: 0,
             lapses: 0,
             deadlines: 0,
+            replay: None,
+            replays: 0,
             presses: Vec::new(),
             truth: 0,
             taken_down_answering: false,
@@ -776,6 +815,9 @@ impl Model for Protocol {
                 actions.push(Action::NodeRestarts { node });
             }
         }
+        if s.replay.is_some() {
+            actions.push(Action::ScriptRunsAgain);
+        }
         if s.rollbacks < self.rollbacks && s.cleaner == Cleaner::Idle && !s.rebuilding {
             actions.push(Action::RedisRestartsEmpty);
             if s.snapshot.is_none() {
@@ -867,6 +909,12 @@ impl Model for Protocol {
                     Placed::Stale => Step::Fold,
                     Placed::Created { node, base } => {
                         s.mapping = Some((node, base));
+                        if g.unmap_takes_its_own
+                            && matches!(s.replay, Some(Replay::Unmap { node: n }) if n == node)
+                        {
+                            // Placed after the clean began: not its own.
+                            s.replay = None;
+                        }
                         Step::Send {
                             node,
                             base,
@@ -1091,6 +1139,9 @@ impl Model for Protocol {
                 }
             }
             Action::RaiseFence { node } => {
+                // A script runs again within its call, while its clean
+                // still holds the node's lock: before the next operation.
+                s.replay = None;
                 s.fence[node as usize] = true;
                 let archive = !s.down[node as usize];
                 if std::mem::take(&mut s.to_rebuild[node as usize]) {
@@ -1134,10 +1185,18 @@ impl Model for Protocol {
                 s.net.retain(|m| *m != Msg::Cleaned { node, token });
                 s.tokens[token as usize - 1] = Token::Completed;
                 s.version += 1;
-                match rebase {
-                    true => s.mapping = placement::rebase(s.mapping, node, s.archived()),
-                    false => s.unmap_if_on(node),
-                }
+                let replay = match rebase {
+                    true => {
+                        let total = s.archived();
+                        s.mapping = placement::rebase(s.mapping, node, total);
+                        Replay::Rebase { node, total }
+                    }
+                    false => {
+                        s.unmap_if_on(node);
+                        Replay::Unmap { node }
+                    }
+                };
+                s.may_replay(replay, self.replays);
                 s.epoch[node as usize] = token;
                 s.lower_fence(node);
             }
@@ -1214,8 +1273,15 @@ impl Model for Protocol {
                 s.tokens[token as usize - 1] = Token::Revoked;
                 s.mark_down(node, None);
                 s.fail_over(node);
+                s.may_replay(Replay::Unmap { node }, self.replays);
                 s.lower_fence(node);
             }
+            Action::ScriptRunsAgain => match s.replay.take()? {
+                Replay::Unmap { node } => s.unmap_if_on(node),
+                Replay::Rebase { node, total } => {
+                    s.mapping = placement::rebase(s.mapping, node, total)
+                }
+            },
         }
         Some(s)
     }
@@ -1357,6 +1423,7 @@ mod tests {
             crashes: 0,
             lapses: 0,
             deadlines: 0,
+            replays: 0,
         };
         let mut s = protocol.init_states().remove(0);
         s.presses.push(Press {

@@ -19,6 +19,7 @@ fn bounds(guards: Guards, presses: u8) -> Protocol {
         crashes: 0,
         lapses: 0,
         deadlines: 0,
+        replays: 0,
     }
 }
 
@@ -69,6 +70,7 @@ fn with_faults_together(guards: Guards) -> Protocol {
         crashes: 0,
         lapses: 1,
         deadlines: 0,
+        replays: 0,
     }
 }
 
@@ -119,6 +121,43 @@ fn every_property_holds_when_the_request_deadline_drops_a_press_at_its_node() {
     });
     assert!(report.passed(), "{:#?}", report.counterexamples);
     assert!(report.states > 100_000, "{} states", report.states);
+}
+
+/// On a Redis Cluster a script whose reply was lost with its connection
+/// is sent again: a clean's unmap (or its re-base, or a failover's unmap)
+/// may run a second time, later, after presses, placements and another
+/// clean went by.
+#[test]
+fn every_property_holds_when_a_cleans_script_runs_again_later() {
+    let report = check(Protocol {
+        replays: 1,
+        cleans: 2,
+        ..bounds(Guards::ALL, 2)
+    });
+    assert!(report.passed(), "{:#?}", report.counterexamples);
+    assert!(report.states > 100_000, "{} states", report.states);
+}
+
+/// A clean's unmap that runs again after its session was placed anew on
+/// the same node, and takes the new placement: the next press folds an
+/// archive without the node's new clicks and repeats an answer.
+#[test]
+fn an_unmap_run_again_that_takes_a_placement_made_since_repeats_an_answer() {
+    let report = check(Protocol {
+        replays: 1,
+        cleans: 2,
+        ..bounds(
+            Guards {
+                unmap_takes_its_own: false,
+                ..Guards::ALL
+            },
+            2,
+        )
+    });
+    assert_eq!(
+        broken(&report),
+        ["no answer repeats another but for a failover or a restart"]
+    );
 }
 
 /// Hole 1 of issue 44: the cleaners went on without a paused replica after

@@ -47,7 +47,8 @@ impl NodeCleaner {
             let expired = leaving.len();
             let report = match this.store.nodes.get_node(addr).await?.map(|n| n.state) {
                 Some(NodeState::Up | NodeState::Draining) => {
-                    this.fenced_clean(&lock, leaving, true).await?
+                    this.fenced_clean(&lock, leaving, Some(expired_by_ms))
+                        .await?
                 }
                 // Failed: its sessions leave under its fence, after its
                 // archive writes are revoked; their last archive stands.
@@ -60,7 +61,7 @@ impl NodeCleaner {
                     unmapped: this
                         .store
                         .sessions
-                        .apply_clean(lock.lock(), addr, &leaving, &[])
+                        .apply_clean(lock.lock(), addr, &leaving, Some(expired_by_ms), &[])
                         .await?,
                     ..CleanReport::default()
                 },
@@ -90,7 +91,7 @@ impl NodeCleaner {
             // still (a failover closes it itself).
             self.store.sessions.close_to_new_sessions(addr).await?;
             let leaving = self.store.sessions.node_sessions(addr).await?;
-            match self.fenced_clean(lock, leaving, false).await {
+            match self.fenced_clean(lock, leaving, None).await {
                 Err(CleanError::Node { source, .. }) if source.is_unreachable() => {
                     // The node failed and was failed over under the fence.
                     warn!(node = %addr, error = %source, "node did not archive on removal; its clicks since the last archive are lost");
@@ -106,13 +107,13 @@ impl NodeCleaner {
     }
 
     /// The clean proper, under the fence: `/clean archive=true`, asking the
-    /// node to clean only `leaving` when `selective` (a node may clean all
-    /// anyway). `leaving` are unmapped afterwards.
+    /// node to clean only `leaving` when they `expired_by` a moment (a node
+    /// may clean all anyway). `leaving` are unmapped afterwards.
     async fn fenced_clean(
         &self,
         lock: &NodeLock,
         leaving: Vec<String>,
-        selective: bool,
+        expired_by: Option<i64>,
     ) -> Result<CleanReport, CleanError> {
         let addr = lock.node();
         // A clean left unsettled (its journal and fence stay up) is
@@ -124,7 +125,7 @@ impl NodeCleaner {
             });
         }
         let fence = self.raise_and_wait(lock, FenceReason::Clean).await?;
-        let result = self.clean_under_fence(&fence, leaving, selective).await;
+        let result = self.clean_under_fence(&fence, leaving, expired_by).await;
         fence.lower().await;
         result
     }
@@ -133,7 +134,7 @@ impl NodeCleaner {
         &self,
         fence: &Fenced<'_>,
         leaving: Vec<String>,
-        selective: bool,
+        expired_by: Option<i64>,
     ) -> Result<CleanReport, CleanError> {
         let (lock, addr) = (fence.lock(), fence.node());
         // The node may have failed while we waited for the acks: a failed
@@ -149,7 +150,7 @@ impl NodeCleaner {
             seq: fence.seq(),
             generation,
             leaving,
-            selective,
+            expired_by,
         };
         if !self
             .store
@@ -163,7 +164,7 @@ impl NodeCleaner {
             });
         }
         lock.lock().check()?;
-        let only = selective.then_some(journal.leaving.as_slice());
+        let only = journal.selective().then_some(journal.leaving.as_slice());
         let call = self.client.clean(addr, true, only, Some(generation));
         let outcome = match self.unless_declared_down(addr, call).await {
             Ok(outcome) => outcome,
@@ -288,7 +289,7 @@ impl NodeCleaner {
             let unmapped = self
                 .store
                 .sessions
-                .apply_clean(lock.lock(), addr, &journal.leaving, &[])
+                .apply_clean(lock.lock(), addr, &journal.leaving, journal.expired_by, &[])
                 .await?;
             return Ok(CleanReport {
                 unmapped,
@@ -315,7 +316,13 @@ impl NodeCleaner {
         let unmapped = self
             .store
             .sessions
-            .apply_clean(lock.lock(), addr, &journal.leaving, &rebased)
+            .apply_clean(
+                lock.lock(),
+                addr,
+                &journal.leaving,
+                journal.expired_by,
+                &rebased,
+            )
             .await?;
         Ok(CleanReport {
             unmapped,
@@ -382,7 +389,7 @@ impl NodeCleaner {
                 }
                 generation => {
                     lock.lock().check_held(&this.store.locks).await?;
-                    let only = journal.selective.then_some(journal.leaving.as_slice());
+                    let only = journal.selective().then_some(journal.leaving.as_slice());
                     match this.client.clean(&addr, true, only, Some(generation)).await {
                         Ok(outcome) => this.settle(&fence, &journal, generation, outcome).await?,
                         Err(source) if source.is_unreachable() => {

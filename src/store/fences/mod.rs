@@ -126,8 +126,18 @@ pub struct Journal {
     /// Sessions that leave the node (expired, or all of them on removal).
     /// The ones that stay are read from the node's set when folding.
     pub leaving: Vec<String>,
+    /// An expiry's clean: the node was asked to clean only `leaving`,
+    /// and only their placements that ended by then leave (one placed
+    /// anew on the node meanwhile ends later and stays). `None`: a
+    /// removal's, every session of the node leaves.
+    pub expired_by: Option<i64>,
+}
+
+impl Journal {
     /// Whether the node was asked to clean only `leaving`.
-    pub selective: bool,
+    pub fn selective(&self) -> bool {
+        self.expired_by.is_some()
+    }
 }
 
 impl Fences {

@@ -31,6 +31,13 @@
 if redis.call('EXISTS', KEYS[2]) == 0 then
   return {-1}
 end
+-- A closed node is refused first, as if the replica's view had not
+-- offered it: it chooses again. The choice comes first in place.lua and
+-- `protocol::placement::place` too (with no node to choose, nothing is
+-- placed, even where a mapping stands).
+if redis.call('SISMEMBER', KEYS[4], ARGV[3]) == 1 then
+  return {-3}
+end
 local id, stale = ARGV[2], ARGV[6]
 local current = redis.call('HGET', KEYS[1], id)
 local number, base, exp
@@ -42,9 +49,6 @@ if current then
 end
 if ARGV[7] ~= '' and ARGV[7] ~= unmaps_seen(ARGV[1]) then
   return {-2}
-end
-if redis.call('SISMEMBER', KEYS[4], ARGV[3]) == 1 then
-  return {-3}
 end
 local replaced = 0
 if current then

@@ -23,7 +23,10 @@ impl Sessions {
         // its list's head when its turn comes, where unmap.lua finds it
         // without reading the list.
         let entries = self.index_entries(address).await?;
-        match self.unmap_in_groups(lock, number, &entries, &[]).await {
+        match self
+            .unmap_in_groups(lock, number, &entries, None, &[])
+            .await
+        {
             // Repeated until it succeeds; the sweep's tally counts the node
             // exactly meanwhile.
             (_, Some(error)) => Err(error),
@@ -34,21 +37,26 @@ impl Sessions {
         }
     }
 
-    /// After a clean and fold, under the node's lock: unmaps `leaving`,
-    /// sets the new base of the sessions in `rebased` that are still on
-    /// the node. Returns how many were unmapped. Repeating it changes
-    /// nothing.
+    /// After a clean and fold, under the node's lock: unmaps `leaving`
+    /// (with `expired_by`, an expiry's: only placements that ended by
+    /// then), sets the new base of the sessions in `rebased` that are
+    /// still on the node. Returns how many were unmapped. Repeating it
+    /// changes nothing, even after a session was placed anew on the node:
+    /// on a Redis Cluster a script whose reply was lost is sent again.
     pub async fn apply_clean(
         &self,
         lock: &Lock,
         address: &str,
         leaving: &[String],
+        expired_by: Option<i64>,
         rebased: &[(String, i64)],
     ) -> StoreResult<usize> {
         let Some(number) = self.node_number(address).await? else {
             return Ok(0);
         };
-        let (unmapped, failed) = self.unmap_in_groups(lock, number, leaving, rebased).await;
+        let (unmapped, failed) = self
+            .unmap_in_groups(lock, number, leaving, expired_by, rebased)
+            .await;
         // What was unmapped leaves the count even if a later slice failed:
         // the clean's repeat finds those sessions gone and counts only
         // the rest.
@@ -158,6 +166,7 @@ impl Sessions {
         lock: &Lock,
         number: u64,
         leaving: &[String],
+        expired_by: Option<i64>,
         rebased: &[(String, i64)],
     ) -> (Vec<String>, Option<StoreError>) {
         let parts = unmap_calls(leaving, rebased, self.cluster);
@@ -171,7 +180,8 @@ impl Sessions {
             lock_key
         };
         let calls = parts.into_iter().map(|(leaving, rebased)| {
-            let invocation = self.unmap_invocation(number, &guard, &token, &leaving, &rebased);
+            let invocation =
+                self.unmap_invocation(number, &guard, &token, expired_by, &leaving, &rebased);
             async move {
                 invocation
                     .invoke_async::<Vec<String>>(&mut self.conn())
@@ -206,6 +216,7 @@ impl Sessions {
         number: u64,
         guard: &str,
         token: &str,
+        expired_by: Option<i64>,
         leaving: &[&String],
         rebased: &[&(String, i64)],
     ) -> redis::ScriptInvocation<'a> {
@@ -220,6 +231,7 @@ impl Sessions {
             .arg(guard)
             .arg(token)
             .arg(number)
+            .arg(expired_by.map_or(String::new(), |at| at.to_string()))
             .arg(leaving.len());
         let (leaving_keys, rebased_keys) = keys.of.split_at(leaving.len());
         for (entry, (bucket, indexes)) in leaving.iter().zip(leaving_keys) {

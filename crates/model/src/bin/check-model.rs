@@ -1,5 +1,6 @@
 //! `cargo run -p model --release --bin check-model [presses cleans restarts
-//! rollbacks crashes lapses deadlines outstanding]` (3 1 1 0 0 0 0 2 by default): checks the protocol
+//! rollbacks crashes lapses deadlines outstanding replays]` (3 1 1 0 0 0 0 2 0
+//! by default): checks the protocol
 //! with every guard in, then with each guard taken out, and prints what
 //! each check found: its states, and the shortest trace that breaks each
 //! property broken. `GUARDS=all` checks only with every guard in,
@@ -60,6 +61,13 @@ fn main() {
                 ..all
             },
         ),
+        (
+            "without unmap_takes_its_own",
+            Guards {
+                unmap_takes_its_own: false,
+                ..all
+            },
+        ),
         ("0.1.0 (no guard)", Guards::NONE),
     ];
     let arg = |n: usize, default: u8| {
@@ -70,7 +78,7 @@ fn main() {
     };
     let (presses, cleans, restarts) = (arg(1, 3), arg(2, 1), arg(3, 1));
     let (rollbacks, crashes, lapses) = (arg(4, 0), arg(5, 0), arg(6, 0));
-    let (deadlines, outstanding) = (arg(7, 0), arg(8, 2));
+    let (deadlines, outstanding, replays) = (arg(7, 0), arg(8, 2), arg(9, 0));
     // GUARDS=all: every guard only; GUARDS=<guard>: every guard, and
     // without that one.
     let only = std::env::var("GUARDS").unwrap_or_default();
@@ -87,6 +95,7 @@ fn main() {
             crashes,
             lapses,
             deadlines,
+            replays,
         });
         println!(
             "{name}: {} states in {:.1?}",
