@@ -19,7 +19,8 @@
 # (10000), PIN (split|none), DATABASE_URL, NC_ENV (extra VAR=value words for
 # nodes-control), NEW_SESSIONS (1: a fourth contestant, nodes-control with
 # every press a new id, and its rate beside existing sessions), NC (the
-# nodes-control binary: another build's, to compare two side by side). Needs nginx,
+# nodes-control binary), NC_B (another build's binary: a contestant of its
+# own, nodes-control-b, to compare two builds side by side). Needs nginx,
 # haproxy, wrk, redis-server, curl, taskset.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -97,8 +98,8 @@ EOF
   start haproxy 1 haproxy -f "$WORK/haproxy.cfg"
 }
 
-start_nodes_control() { # port
-  local redis nodes="" p
+start_nodes_control() { # port [binary]
+  local redis nodes="" p bin=${2:-$NC}
   redis=$(free_port)
   start redis 1 redis-server --bind 127.0.0.1 --port "$redis" --save '' --appendonly no
   wait_port "$redis"
@@ -106,7 +107,11 @@ start_nodes_control() { # port
   # shellcheck disable=SC2086
   start nodes-control 1 env LISTEN_ADDR="127.0.0.1:$1" NODES="$nodes" ADMIN_TOKEN=bench \
     REDIS_URL="redis://127.0.0.1:$redis" REDIS_KEY_PREFIX="bench:$$-$RANDOM:" DATABASE_URL="$DB" \
-    RUST_LOG=warn ${NC_ENV:-} "$NC"
+    RUST_LOG=warn ${NC_ENV:-} "$bin"
+}
+
+start_nodes_control_b() { # port: the same with the binary NC_B
+  start_nodes_control "$1" "$NC_B"
 }
 
 start_nodes_control_new() { # port: the same, pressed with new ids only
@@ -166,6 +171,7 @@ run_one() { # round balancer
 
 LBS=(nginx haproxy nodes-control)
 [ "${NEW_SESSIONS:-0}" = 1 ] && LBS+=(nodes-control-new)
+[ -n "${NC_B:-}" ] && LBS+=(nodes-control-b)
 echo "# bench-press: rounds=$ROUNDS duration=$DURATION conns=$CONNS ids=$ID_POOL pin=$PIN commit=$(git rev-parse --short HEAD 2>/dev/null || echo none) $(date -u +%FT%TZ)"
 for (( r = 1; r <= ROUNDS; r++ )); do
   for (( j = 0; j < ${#LBS[@]}; j++ )); do
@@ -182,8 +188,8 @@ for run in runs:
     by.setdefault(run["lb"], {})[run["round"]] = run
 nginx = by.get("nginx", {})
 print(f"{'balancer':<14} {'presses/s':>10} {'p99 ms':>8} {'vs nginx':>9} {'p99 vs nginx':>13} {'p99.9 ms':>9} {'CPU us/press':>13} {'errors':>7} sticky")
-for lb in ["nginx", "haproxy", "nodes-control", "nodes-control-new"]:
-    if lb == "nodes-control-new" and lb not in by:
+for lb in ["nginx", "haproxy", "nodes-control", "nodes-control-new", "nodes-control-b"]:
+    if lb in ("nodes-control-new", "nodes-control-b") and lb not in by:
         continue
     rounds = by.get(lb, {})
     if not rounds:
@@ -205,4 +211,10 @@ shared = [k for k in new if k in old]
 if shared:
     ratio = statistics.median(float(new[k]["rps"]) / float(old[k]["rps"]) for k in shared)
     print(f"new sessions vs existing sessions (nodes-control, per round): {ratio:.2f}")
+b = by.get("nodes-control-b", {})
+shared = [k for k in b if k in old]
+if shared:
+    ratio = statistics.median(float(b[k]["rps"]) / float(old[k]["rps"]) for k in shared)
+    p99 = statistics.median(float(b[k]["p99_ms"]) / float(old[k]["p99_ms"]) for k in shared)
+    print(f"NC_B vs NC (per round): presses/s {ratio:.3f}, p99 {p99:.3f}")
 EOF
