@@ -8,9 +8,6 @@ use protocol::press::{self, Heard, NodeNow};
 
 pub const NODES: usize = 2;
 pub const REPLICAS: usize = 2;
-/// Node 0 fences: it refuses a press older than its last clean, and its
-/// archive rows carry the clean's token. Node 1 speaks the task's API only.
-const FENCING: usize = 0;
 
 /// The fixes of the protocol; each one a guard the checker shows is needed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -49,6 +46,21 @@ pub struct Guards {
     /// failover's, every one (the node is closed to new sessions). Out, a
     /// script that runs again unmaps the session placed anew meanwhile.
     pub unmap_takes_its_own: bool,
+    /// Mechanisms, each taken out to show it is needed (issue 45).
+    /// The gate: a fence's acknowledgement waits for this replica's
+    /// presses in flight to the node, and presses wait while it is closed.
+    pub gate: bool,
+    /// A clean waits for every live replica's acknowledgement of its fence.
+    pub fence_acks: bool,
+    /// The clean mark: a press whose node was cleaned since its mapping
+    /// was read reads the mapping again before it is sent.
+    pub clean_mark: bool,
+    /// The fencing node refuses a press stamped with an epoch older than
+    /// its last clean.
+    pub fencing_epoch: bool,
+    /// Clean tokens: an archive row written under a revoked token does not
+    /// count.
+    pub clean_tokens: bool,
 }
 
 impl Guards {
@@ -62,7 +74,52 @@ impl Guards {
         lease_voids_answers: true,
         silence_order: true,
         unmap_takes_its_own: true,
+        gate: true,
+        fence_acks: true,
+        clean_mark: true,
+        fencing_epoch: true,
+        clean_tokens: true,
     };
+
+    /// Every guard's name, as [`Guards::without`] takes it.
+    pub const NAMES: [&'static str; 13] = [
+        "unknown_is_504",
+        "retry_only_unsent",
+        "answer_before_timer",
+        "base_guard",
+        "identity_check",
+        "lease_voids_answers",
+        "silence_order",
+        "unmap_takes_its_own",
+        "gate",
+        "fence_acks",
+        "clean_mark",
+        "fencing_epoch",
+        "clean_tokens",
+    ];
+
+    /// These guards with the one named taken out (`None`: no such guard).
+    pub fn without(self, name: &str) -> Option<Guards> {
+        let mut g = self;
+        let guard = match name {
+            "unknown_is_504" => &mut g.unknown_is_504,
+            "retry_only_unsent" => &mut g.retry_only_unsent,
+            "answer_before_timer" => &mut g.answer_before_timer,
+            "base_guard" => &mut g.base_guard,
+            "identity_check" => &mut g.identity_check,
+            "lease_voids_answers" => &mut g.lease_voids_answers,
+            "silence_order" => &mut g.silence_order,
+            "unmap_takes_its_own" => &mut g.unmap_takes_its_own,
+            "gate" => &mut g.gate,
+            "fence_acks" => &mut g.fence_acks,
+            "clean_mark" => &mut g.clean_mark,
+            "fencing_epoch" => &mut g.fencing_epoch,
+            "clean_tokens" => &mut g.clean_tokens,
+            _ => return None,
+        };
+        *guard = false;
+        Some(g)
+    }
 
     /// The protocol as the code had it at 0.1.0.
     pub const NONE: Guards = Guards {
@@ -74,6 +131,11 @@ impl Guards {
         lease_voids_answers: false,
         silence_order: false,
         unmap_takes_its_own: false,
+        gate: true,
+        fence_acks: true,
+        clean_mark: true,
+        fencing_epoch: true,
+        clean_tokens: true,
     };
 }
 
@@ -107,6 +169,16 @@ pub struct Protocol {
     /// reply was lost with its connection is sent again, and the first
     /// run may have landed.
     pub replays: u8,
+    /// How many nodes fence (from node 0): they refuse a press older than
+    /// their last clean, and their archive rows carry the clean's token.
+    /// The rest speak the task's API only. 1 by default.
+    pub fencing: u8,
+}
+
+impl Protocol {
+    fn fences(&self, node: usize) -> bool {
+        node < self.fencing as usize
+    }
 }
 
 /// A clean's script that may run again later (`Action::ScriptRunsAgain`).
@@ -305,8 +377,8 @@ pub struct State {
     pub version: u8,
     // Nodes.
     pub count: [u8; NODES],
-    /// The fencing node's floor: presses with an older epoch are refused.
-    pub floor: u8,
+    /// The fencing nodes' floors: presses with an older epoch are refused.
+    pub floor: [u8; NODES],
     // The network, sorted.
     pub net: Vec<Msg>,
     pub replicas: [Replica; REPLICAS],
@@ -496,12 +568,13 @@ impl State {
     }
 
     /// What the archive holds for the session: rows whose token was
-    /// settled, and those of a node that stamps none.
-    fn archived(&self) -> u8 {
+    /// settled, and those of a node that stamps none (every row, without
+    /// `clean_tokens`).
+    fn archived(&self, clean_tokens: bool) -> u8 {
         self.rows
             .iter()
             .filter(|(token, _)| {
-                *token == 0 || self.tokens[*token as usize - 1] == Token::Completed
+                !clean_tokens || *token == 0 || self.tokens[*token as usize - 1] == Token::Completed
             })
             .map(|(_, clicks)| clicks)
             .sum()
@@ -639,7 +712,7 @@ impl Model for Protocol {
             tokens: Vec::new(),
             version: 0,
             count: [0; NODES],
-            floor: 0,
+            floor: [0; NODES],
             net: Vec::new(),
             replicas: Default::default(),
             acked: [false; REPLICAS],
@@ -727,7 +800,7 @@ impl Model for Protocol {
                         }
                     }
                     Step::Send { node, .. } => {
-                        if !replica.gate_closed[node as usize] {
+                        if !(self.guards.gate && replica.gate_closed[node as usize]) {
                             actions.push(Action::SendPress {
                                 replica: replica_id,
                                 press,
@@ -764,7 +837,7 @@ impl Model for Protocol {
                 }
             }
             if let Cleaner::Fenced { node, .. } = s.cleaner {
-                if !s.acked[r] && replica.in_gate[node as usize] == 0 {
+                if !s.acked[r] && (!self.guards.gate || replica.in_gate[node as usize] == 0) {
                     actions.push(Action::AckFence {
                         replica: replica_id,
                     });
@@ -793,6 +866,7 @@ impl Model for Protocol {
             }
             Cleaner::Fenced { .. } => {
                 let waited = (0..REPLICAS).all(|r| s.acked[r] || s.dead[r] || s.given_up[r]);
+                let waited = waited || !self.guards.fence_acks;
                 if waited {
                     actions.push(Action::CleanNode);
                 }
@@ -868,7 +942,7 @@ impl Model for Protocol {
             Action::FoldOne { replica, press } => {
                 let mark = s.replicas[replica as usize].mark;
                 let step = Step::Place {
-                    base: s.archived(),
+                    base: s.archived(g.clean_tokens),
                     version: s.version,
                     mark,
                 };
@@ -941,7 +1015,7 @@ impl Model for Protocol {
                 else {
                     return None;
                 };
-                if s.replicas[replica as usize].cleaned_at[node as usize] > mark {
+                if g.clean_mark && s.replicas[replica as usize].cleaned_at[node as usize] > mark {
                     // The node was cleaned since the mapping was read.
                     s.set_step(replica, press, Some(Step::Lookup));
                     return Some(s);
@@ -1092,7 +1166,7 @@ impl Model for Protocol {
                         epoch,
                     } => {
                         let n = node as usize;
-                        let count = if n == FENCING && epoch < s.floor {
+                        let count = if g.fencing_epoch && self.fences(n) && epoch < s.floor[n] {
                             None
                         } else {
                             s.count[n] += 1;
@@ -1121,7 +1195,7 @@ impl Model for Protocol {
                     } => {
                         let n = node as usize;
                         if archive {
-                            let stamp = if n == FENCING { token } else { 0 };
+                            let stamp = if self.fences(n) { token } else { 0 };
                             if s.count[n] > 0 {
                                 s.rows.push((stamp, s.count[n]));
                                 s.rows.sort();
@@ -1130,9 +1204,7 @@ impl Model for Protocol {
                             s.truth -= s.count[n];
                         }
                         s.count[n] = 0;
-                        if n == FENCING {
-                            s.floor = s.floor.max(token);
-                        }
+                        s.floor[n] = s.floor[n].max(token);
                         s.send(Msg::Cleaned { node, token });
                     }
                     _ => return None,
@@ -1187,7 +1259,7 @@ impl Model for Protocol {
                 s.version += 1;
                 let replay = match rebase {
                     true => {
-                        let total = s.archived();
+                        let total = s.archived(g.clean_tokens);
                         s.mapping = placement::rebase(s.mapping, node, total);
                         Replay::Rebase { node, total }
                     }
@@ -1208,9 +1280,7 @@ impl Model for Protocol {
                     s.losses += 1;
                 }
                 s.count[n] = 0;
-                if n == FENCING {
-                    s.floor = 0;
-                }
+                s.floor[n] = 0;
                 s.restarts += 1;
             }
             Action::ReplicaDies { replica } => {
@@ -1424,6 +1494,7 @@ mod tests {
             lapses: 0,
             deadlines: 0,
             replays: 0,
+            fencing: 1,
         };
         let mut s = protocol.init_states().remove(0);
         s.presses.push(Press {

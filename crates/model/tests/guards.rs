@@ -20,6 +20,7 @@ fn bounds(guards: Guards, presses: u8) -> Protocol {
         lapses: 0,
         deadlines: 0,
         replays: 0,
+        fencing: 1,
     }
 }
 
@@ -71,6 +72,7 @@ fn with_faults_together(guards: Guards) -> Protocol {
         lapses: 1,
         deadlines: 0,
         replays: 0,
+        fencing: 1,
     }
 }
 
@@ -283,5 +285,75 @@ fn the_code_of_0_1_0_breaks_five_properties_of_the_counts() {
             "no answer repeats another but for a failover or a restart",
             "no node is taken down while it answers",
         ]
+    );
+}
+
+/// Issue 45: each safety mechanism taken out of the model, one at a time,
+/// at the base bounds (2 presses, one clean, one restart).
+fn without(guard: &str) -> Report {
+    check(bounds(Guards::ALL.without(guard).unwrap(), 2))
+}
+
+/// The gate: a fence's acknowledgement waits for the replica's presses in
+/// flight to the node. Without it the clean overtakes a press: the node
+/// forgets the session, counts the late press from zero, and the replica
+/// shows the old base plus one, an answer given before.
+#[test]
+fn without_the_gate_a_clean_overtakes_a_press_and_an_answer_repeats() {
+    assert_eq!(
+        broken(&without("gate")),
+        ["no answer repeats another but for a failover or a restart"]
+    );
+}
+
+/// The acknowledgements: a clean that does not wait for the replicas
+/// overtakes their presses in flight as if there were no gate.
+#[test]
+fn without_the_fences_acknowledgements_an_answer_repeats() {
+    assert_eq!(
+        broken(&without("fence_acks")),
+        ["no answer repeats another but for a failover or a restart"]
+    );
+}
+
+/// The clean mark: a press whose mapping was read before its node's clean
+/// waits at the gate, then goes out with the old base to a node that
+/// forgot the session.
+#[test]
+fn without_the_clean_mark_a_mapping_read_before_a_clean_repeats_an_answer() {
+    assert_eq!(
+        broken(&without("clean_mark")),
+        ["no answer repeats another but for a failover or a restart"]
+    );
+}
+
+/// The fencing epoch and clean tokens earn no property: with every other
+/// guard in, each taken out breaks nothing, at these bounds and at those
+/// of every run above (measured: 3 presses, 5.1 million states; faults
+/// together, 22.4 million; rollback; crash and lapse; two cleans;
+/// the request deadline). Nor does the epoch make the lease's timing
+/// needless: with both nodes fencing and `silence_order` out, a repeat
+/// remains, through a failover the node never hears of
+/// (`a_fencing_epoch_does_not_stand_in_for_the_silence_order`).
+#[test]
+fn no_property_rests_on_the_fencing_epoch_or_clean_tokens() {
+    for guard in ["fencing_epoch", "clean_tokens"] {
+        let report = without(guard);
+        assert!(report.passed(), "{guard}: {:#?}", report.counterexamples);
+        assert!(report.states > 100_000, "{} states", report.states);
+    }
+}
+
+#[test]
+fn a_fencing_epoch_does_not_stand_in_for_the_silence_order() {
+    let report = check(Protocol {
+        fencing: 2,
+        lapses: 1,
+        restarts: 0,
+        ..bounds(Guards::ALL.without("silence_order").unwrap(), 2)
+    });
+    assert_eq!(
+        broken(&report),
+        ["no answer repeats another but for a failover or a restart"]
     );
 }
