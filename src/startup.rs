@@ -201,15 +201,7 @@ impl Application {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .unwrap_or_else(tokio::time::Instant::now);
-        // Presses carried on past their timeout hold their nodes' gates:
-        // this replica follows fences (and counts as live for cleaners)
-        // until they end, within the grace period.
         let grace_left = || limits.grace.saturating_sub(stopped.elapsed());
-        if !self.ctx.sessions.finish_carried(grace_left()).await {
-            warn!(
-                "presses carried on past their timeout still held at the end of the grace period"
-            );
-        }
         cancel.cancel();
         registration.abort();
         while background.join_next().await.is_some() {}

@@ -156,8 +156,8 @@ impl NodeClient {
         &self.probe
     }
 
-    /// One press to a node, as a future that owns what it needs (so it can
-    /// be carried on in a task of its own) and reads the node's count. The
+    /// One press to a node, as a future that owns what it needs and reads
+    /// the node's count. The
     /// caller bounds it ([`timeout`](Self::timeout)); the connect is bounded
     /// by `NODE_CONNECT_TIMEOUT_MS`. `epoch`: the fencing epoch the mapping
     /// was read under, sent only to a node that enforces it. `sent` turns

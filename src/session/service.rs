@@ -51,9 +51,6 @@ pub struct SessionService {
     clock: Clock,
     /// Longest a press waits for its node's limit (`NODE_QUEUE_TIMEOUT_MS`).
     queue_timeout: Duration,
-    /// Presses carried on past their timeout ([`Self::carry_on`]), waited
-    /// for at shutdown.
-    carried: tokio_util::task::TaskTracker,
     /// Whether placements go to the session history.
     history: bool,
 }
@@ -118,7 +115,6 @@ impl SessionService {
             cache: Arc::new(cache),
             history: settings.history,
             queue_timeout: settings.queue_timeout,
-            carried: tokio_util::task::TaskTracker::new(),
         }
     }
 

@@ -32,9 +32,10 @@ async fn an_existing_session_costs_no_redis_round_trip_once_cached() {
     let seconds = started.elapsed().as_secs_f64().ceil();
     // Each `HMGET` of the mapping is about 90 bytes: 200 of them would be
     // 18 kB. What goes to Redis is the heartbeat and fence poll (a few
-    // hundred bytes a second).
+    // hundred bytes a second; a poll may fall on either side of the
+    // window, hence the second more).
     assert!(
-        (bytes as f64) < 1_000.0 * seconds.max(1.0),
+        (bytes as f64) < 1_000.0 * (seconds + 1.0),
         "{bytes} bytes sent to Redis in {seconds} s for 200 cached presses"
     );
 }

@@ -1,5 +1,4 @@
-//! One attempt at a press's node, and the press carried on past its
-//! timeout at a node that is alive.
+//! One attempt at a press's node.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,8 +8,6 @@ use tracing::{info, warn};
 
 use super::SessionService;
 use crate::archive::events::Actor;
-use crate::cluster::NodeRegistry;
-use crate::nodes::client::Exchange;
 use crate::nodes::deadline::node_silence;
 use crate::nodes::limit::InFlightPermit;
 use crate::nodes::table::InFlight;
@@ -29,10 +26,6 @@ pub(super) struct Held {
     pub(super) _in_flight: InFlight,
 }
 
-/// How many `NODE_TIMEOUT_MS` periods a carried press may hold its node's
-/// gate ([`SessionService::carry_on`]).
-const CARRY_LIMIT: u32 = 10;
-
 /// What happened to one attempt at a node.
 pub(super) enum Attempt {
     /// The node counted it. `shown`: the count is still the session's
@@ -46,7 +39,9 @@ pub(super) enum Attempt {
     Refused { fence: u64 },
     /// Time ran out (or a gateway answered 502/503) at a node that is
     /// alive, or the last one serving: it stays up. A press still at the
-    /// node was carried on ([`SessionService::carry_on`]).
+    /// node is let go with its connection, and its gate: the node may yet
+    /// count it, and the model shows no property rests on when the gate
+    /// opens (design.md, The model).
     Spared { error: NodeCallError, why: Spared },
     /// The node failed: it must be marked down while the gate is held.
     Failed(NodeCallError, Held),
@@ -75,10 +70,9 @@ impl Attempt {
 impl SessionService {
     /// Forwards the press, giving up as soon as the node is declared down
     /// (by us or another replica): it will be wiped, its answer is moot.
-    /// `held` is given back where the caller still needs the gate; a press
-    /// the node may still count is carried on holding it (see
-    /// [`carry_on`](Self::carry_on)). An error: the press could not be
-    /// sent as it is, not the node's doing (it stays up).
+    /// `held` is given back where the caller still needs the gate. An
+    /// error: the press could not be sent as it is, not the node's doing
+    /// (it stays up).
     pub(super) async fn attempt(
         &self,
         entry: &Arc<NodeEntry>,
@@ -125,20 +119,18 @@ impl SessionService {
                 entry.evidence.answered();
                 Ok(Attempt::Refused { fence })
             }
-            Err(error) => self.unanswered(entry, error, sent_at, exchange, held).await,
+            Err(error) => self.unanswered(entry, error, sent_at, held).await,
         }
     }
 
     /// `Timer { failed, sent }`: the press failed or timed out; the node is
     /// judged failed (marked down by the caller, the gate still held) or
-    /// spared: alive but saturated, or the last one up. A press still at a
-    /// spared node is carried on.
+    /// spared: alive but saturated, or the last one up.
     async fn unanswered(
         &self,
         entry: &Arc<NodeEntry>,
         error: NodeCallError,
         sent_at: u64,
-        exchange: Exchange,
         held: Held,
     ) -> Result<Attempt, NodeCallError> {
         entry.link.metrics.failed();
@@ -172,35 +164,7 @@ impl SessionService {
                 info!(node = %entry.address, limit, %error, "node saturated: fewer presses in flight to it");
             }
         }
-        if matches!(error, NodeCallError::Timeout) {
-            self.carry_on(entry.clone(), exchange, held);
-        }
         Ok(Attempt::Spared { error, why })
-    }
-
-    /// A press that its node, alive but saturated, did not answer within
-    /// `NODE_TIMEOUT_MS` is still at the node, which may yet count it. It
-    /// keeps the node's gate, in a task of its own, until the node answers:
-    /// no clean of the node starts on any replica meanwhile, so a count the
-    /// node makes late can never land after a clean forgot the session
-    /// (design.md, "Overload is not death"). Every `NODE_TIMEOUT_MS` it
-    /// looks again: a node that answered nothing else meanwhile is marked
-    /// down (before the gate opens, as any failed press; unless it is the
-    /// last up node) and failed over. After [`CARRY_LIMIT`] periods the
-    /// node is marked down whether it answers others or not, and the last
-    /// up node's gate opens (its connection is dropped), with a warning.
-    fn carry_on(&self, entry: Arc<NodeEntry>, exchange: Exchange, held: Held) {
-        let (registry, patience) = (self.registry.clone(), self.client().timeout());
-        self.carried.spawn(async move {
-            let Some(reason) = watch_carried(&registry, &entry, exchange, patience).await else {
-                return;
-            };
-            warn!(node = %entry.address, %reason, "node marked down");
-            drop(held);
-            if let Err(error) = registry.fail_over(&entry.address).await {
-                warn!(node = %entry.address, %error, "failover did not complete; presses retry it");
-            }
-        });
     }
 
     /// The registry's word on a press's node, read after a silence of
@@ -213,16 +177,6 @@ impl SessionService {
             fenced,
             epoch: record.epoch,
         })
-    }
-
-    /// Waits (at most `limit`) for the presses carried on past their
-    /// timeout: at shutdown, before this replica stops following fences,
-    /// so no clean elsewhere overtakes one. Returns whether all ended.
-    pub async fn finish_carried(&self, limit: Duration) -> bool {
-        self.carried.close();
-        tokio::time::timeout(limit, self.carried.wait())
-            .await
-            .is_ok()
     }
 
     /// A press failed at its node, which is gone: marked down *before the
@@ -287,76 +241,4 @@ impl SessionService {
         self.table().learn_epoch(entry, fence);
         Ok(())
     }
-}
-
-/// A carried press, watched until its node answers or is declared down
-/// (`None`: the gate may open) or is marked down here (the reason: it is
-/// failed over, the gate opening after).
-async fn watch_carried(
-    registry: &NodeRegistry,
-    entry: &NodeEntry,
-    mut exchange: Exchange,
-    patience: Duration,
-) -> Option<String> {
-    let down = entry.declared_down();
-    let mut down = std::pin::pin!(down);
-    if !entry.serves_presses() {
-        return None; // declared down meanwhile: its counts are moot
-    }
-    let (mut periods, mut looked_at) = (0, crate::clock::mono_ms());
-    loop {
-        let answered = tokio::select! {
-            biased;
-            result = &mut exchange => Some(result),
-            _ = &mut down => return None,
-            _ = node_silence(patience) => None,
-        };
-        match answered {
-            // A refusal is an answer too: nothing was counted.
-            Some(Ok(_) | Err(NodeCallError::StaleEpoch { .. })) => {
-                entry.evidence.answered();
-                entry.link.limit.answered();
-                return None;
-            }
-            Some(Err(error)) => return failed_late(registry, entry, error).await,
-            None => {
-                periods += 1;
-                let alive = entry.evidence.answered_since(looked_at);
-                looked_at = crate::clock::mono_ms();
-                if alive && periods < CARRY_LIMIT {
-                    continue;
-                }
-                let waited = patience.as_millis() * (periods + 1) as u128;
-                let reason = format!("a press was not answered in {waited} ms");
-                if registry
-                    .mark_down_unless_last(entry, Actor::PressFailure, &reason)
-                    .await
-                {
-                    return Some(reason);
-                }
-                if periods >= CARRY_LIMIT {
-                    warn!(node = %entry.address, %reason, "the last up node holds a press too long: its gate opens");
-                    return None;
-                }
-            }
-        }
-    }
-}
-
-/// A carried press failed at last: its node is marked down (unless only
-/// time ran out at the last node up). The exchange is over either way.
-async fn failed_late(
-    registry: &NodeRegistry,
-    entry: &NodeEntry,
-    error: NodeCallError,
-) -> Option<String> {
-    let reason = format!("a press failed after its timeout: {error}");
-    if !error.is_inconclusive() {
-        registry
-            .mark_down(entry, Actor::PressFailure, &reason)
-            .await;
-        return Some(reason);
-    }
-    let marked = registry.mark_down_unless_last(entry, Actor::PressFailure, &reason);
-    marked.await.then_some(reason)
 }
