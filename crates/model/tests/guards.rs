@@ -331,10 +331,8 @@ fn without_the_clean_mark_a_mapping_read_before_a_clean_repeats_an_answer() {
 /// guard in, each taken out breaks nothing, at these bounds and at those
 /// of every run above (measured: 3 presses, 5.1 million states; faults
 /// together, 22.4 million; rollback; crash and lapse; two cleans;
-/// the request deadline). Nor does the epoch make the lease's timing
-/// needless: with both nodes fencing and `silence_order` out, a repeat
-/// remains, through a failover the node never hears of
-/// (`a_fencing_epoch_does_not_stand_in_for_the_silence_order`).
+/// the request deadline). They stay for the contract (design.md,
+/// Guarantees).
 #[test]
 fn no_property_rests_on_the_fencing_epoch_or_clean_tokens() {
     for guard in ["fencing_epoch", "clean_tokens"] {
@@ -344,6 +342,9 @@ fn no_property_rests_on_the_fencing_epoch_or_clean_tokens() {
     }
 }
 
+/// Nor does the epoch make the lease's timing needless: with both nodes
+/// fencing and `silence_order` out, a repeat remains, through the failover
+/// of a live node, which the node never hears of.
 #[test]
 fn a_fencing_epoch_does_not_stand_in_for_the_silence_order() {
     let report = check(Protocol {
