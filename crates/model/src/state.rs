@@ -61,6 +61,11 @@ pub struct Guards {
     /// Clean tokens: an archive row written under a revoked token does not
     /// count.
     pub clean_tokens: bool,
+    /// The clean's journal: a cleaner that dies after sending `/clean`
+    /// leaves its journal, and its fence stays until another replica's
+    /// sweep finishes the clean (the same token, settled or failed).
+    /// Out, the fence runs stale and comes down over an unsettled clean.
+    pub journal: bool,
 }
 
 impl Guards {
@@ -79,10 +84,11 @@ impl Guards {
         clean_mark: true,
         fencing_epoch: true,
         clean_tokens: true,
+        journal: true,
     };
 
     /// Every guard's name, as [`Guards::without`] takes it.
-    pub const NAMES: [&'static str; 13] = [
+    pub const NAMES: [&'static str; 14] = [
         "unknown_is_504",
         "retry_only_unsent",
         "answer_before_timer",
@@ -96,6 +102,7 @@ impl Guards {
         "clean_mark",
         "fencing_epoch",
         "clean_tokens",
+        "journal",
     ];
 
     /// These guards with the one named taken out (`None`: no such guard).
@@ -115,6 +122,7 @@ impl Guards {
             "clean_mark" => &mut g.clean_mark,
             "fencing_epoch" => &mut g.fencing_epoch,
             "clean_tokens" => &mut g.clean_tokens,
+            "journal" => &mut g.journal,
             _ => return None,
         };
         *guard = false;
@@ -136,6 +144,7 @@ impl Guards {
         clean_mark: true,
         fencing_epoch: true,
         clean_tokens: true,
+        journal: true,
     };
 }
 
@@ -169,6 +178,8 @@ pub struct Protocol {
     /// reply was lost with its connection is sent again, and the first
     /// run may have landed.
     pub replays: u8,
+    /// How many times a cleaner may die after sending `/clean`.
+    pub cleaner_deaths: u8,
     /// How many nodes fence (from node 0): they refuse a press older than
     /// their last clean, and their archive rows carry the clean's token.
     /// The rest speak the task's API only. 1 by default.
@@ -396,6 +407,7 @@ pub struct State {
     pub crashes: u8,
     pub lapses: u8,
     pub deadlines: u8,
+    pub cleaner_deaths: u8,
     /// The clean script that may yet run again, and how many did.
     pub replay: Option<Replay>,
     pub replays: u8,
@@ -487,6 +499,10 @@ pub enum Action {
     ReplicaStarts { replica: u8 },
     /// A clean's last script runs a second time (`State::replay`).
     ScriptRunsAgain,
+    /// The replica running a clean dies after sending `/clean`: its
+    /// journal lets another replica's sweep finish the clean
+    /// (`finish_stale`), as the cleaner would have.
+    CleanerDies,
     /// Redis writes a snapshot (`BGSAVE`, or its `save` rules).
     RedisSaves,
     /// Redis restarts empty (no persistence, or its files lost): as a
@@ -726,6 +742,7 @@ impl Model for Protocol {
             deadlines: 0,
             replay: None,
             replays: 0,
+            cleaner_deaths: 0,
             presses: Vec::new(),
             truth: 0,
             taken_down_answering: false,
@@ -881,6 +898,9 @@ impl Model for Protocol {
                 }
                 if !(self.guards.answer_before_timer && answered) {
                     actions.push(Action::CleanTimer);
+                }
+                if s.cleaner_deaths < self.cleaner_deaths {
+                    actions.push(Action::CleanerDies);
                 }
             }
         }
@@ -1346,6 +1366,17 @@ impl Model for Protocol {
                 s.may_replay(Replay::Unmap { node }, self.replays);
                 s.lower_fence(node);
             }
+            Action::CleanerDies => {
+                let Cleaner::Sent { node, .. } = s.cleaner else {
+                    return None;
+                };
+                s.cleaner_deaths += 1;
+                if !g.journal {
+                    // No journal: the fence runs stale and comes down; the
+                    // token is never settled, nothing unmapped or re-based.
+                    s.lower_fence(node);
+                }
+            }
             Action::ScriptRunsAgain => match s.replay.take()? {
                 Replay::Unmap { node } => s.unmap_if_on(node),
                 Replay::Rebase { node, total } => {
@@ -1495,6 +1526,7 @@ mod tests {
             deadlines: 0,
             replays: 0,
             fencing: 1,
+            cleaner_deaths: 0,
         };
         let mut s = protocol.init_states().remove(0);
         s.presses.push(Press {
