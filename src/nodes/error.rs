@@ -54,8 +54,8 @@ impl NodeCallError {
 
     /// Whether the node may have counted a press that ended so: anything
     /// after the request went out, but a fencing refusal. A press is tried
-    /// on another node only when this is false (design.md, "Answers say
-    /// what happened").
+    /// on another node only when this is false (design.md §4.17,
+    /// the retry rule).
     pub fn may_have_counted(&self) -> bool {
         !matches!(
             self,

@@ -148,7 +148,7 @@ impl PressPool {
     /// what it should not have) is dropped. The reactor's readiness alone
     /// may not have seen a close that just arrived, and a press written on
     /// a closed connection fails after it was sent: its outcome unknown, a
-    /// 504 (design.md, The model), where a fresh connection would serve it.
+    /// 504 (model.md), where a fresh connection would serve it.
     fn checkout(&self) -> Option<Conn> {
         loop {
             let conn = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()?;

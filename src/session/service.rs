@@ -222,7 +222,7 @@ impl SessionService {
     /// node's next archive cannot overwrite clicks we counted), then the
     /// atomic placement with the folded total as base. A placement whose
     /// group unmapped a session since the fold began folds again: the
-    /// archive may have grown meanwhile (design.md, The model: base_guard).
+    /// archive may have grown meanwhile (model.md: base_guard).
     async fn place(
         &self,
         id: &str,

@@ -38,7 +38,7 @@ end
 -- What a session's base was folded against (`Sessions::unmaps_seen`): its
 -- group's epoch and how often a session of the group was unmapped. A
 -- placement whose base was folded before the last unmap of its group may
--- miss clicks that unmap's clean archived (design.md, The model:
+-- miss clicks that unmap's clean archived (model.md:
 -- base_guard), and is refused.
 local function unmaps_seen(group)
   return (redis.call('GET', group .. 'epoch') or '') .. ':' .. (redis.call('GET', group .. 'unmaps') or '0')

@@ -7,7 +7,7 @@
 //! cluster whose primaries of the session group and of the control slot
 //! come back apart); Postgres is the archive. Every action is one
 //! atomic step of the code, named as there (a Lua script, a Postgres
-//! statement, a call to a node, a timer): `docs/design.md` has the table.
+//! statement, a call to a node, a timer): `docs/model.md` has the table.
 //!
 //! Nothing here is timed. A timer may fire at any moment, a message may
 //! wait in the network for ever or overtake another, and any actor may

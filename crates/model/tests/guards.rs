@@ -1,6 +1,6 @@
 //! The checker on the protocol: every property holds with every guard in,
 //! and taking any one guard out breaks the property it is there for (the
-//! holes an audit of 0.1.0 found: their traces are in docs/design.md).
+//! holes an audit of 0.1.0 found: their traces are in docs/model.md).
 
 use model::{check, Guards, Protocol, Report};
 

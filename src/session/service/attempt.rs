@@ -41,7 +41,7 @@ pub(super) enum Attempt {
     /// alive, or the last one serving: it stays up. A press still at the
     /// node is let go with its connection, and its gate: the node may yet
     /// count it, and the model shows no property rests on when the gate
-    /// opens (design.md, The model).
+    /// opens (model.md).
     Spared { error: NodeCallError, why: Spared },
     /// The node failed: it must be marked down while the gate is held.
     Failed(NodeCallError, Held),

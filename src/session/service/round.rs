@@ -1,4 +1,4 @@
-//! One press, step by step, as the model has it (design.md, The model):
+//! One press, step by step, as the model has it (model.md):
 //! each method here is one of its actions or a few in a row, named in its
 //! comment. A [`Round`] is where the press stands between them.
 //!

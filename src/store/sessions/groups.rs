@@ -1,7 +1,7 @@
 //! The session groups (see the layout in the module above): 256 hash
 //! slots that hold every session's mapping, its node's index entry, and
 //! so each node's count of sessions, which is the size of its indexes
-//! (exact but for strays, until they are dropped: design.md, Indexes).
+//! (exact but for strays, until they are dropped: layout.md, Indexes).
 //! A node's sessions are the union of its 256 indexes: the sweep, the
 //! removal and the failover walk them, every group at once (a cluster
 //! serves them from all its primaries in parallel).

@@ -7,8 +7,7 @@
 //! milliseconds), and the session's own group claims its mapping
 //! (`claim.lua`): no call to the control slot per new session. Either way
 //! the mapping is created by one script in the session's slot, so one
-//! mapping stands however many replicas place one id at once (design.md,
-//! "Past one Redis").
+//! mapping stands however many replicas place one id at once (docs/cluster.md).
 
 use std::sync::OnceLock;
 

@@ -33,7 +33,7 @@ for i = 6, 5 + 3 * n, 3 do
   end
   -- A session placed anew on the node since its clean began ends later
   -- than the clean's moment: not this clean's to take, even when the
-  -- script runs again (design.md, The model: unmap_takes_its_own).
+  -- script runs again (model.md: unmap_takes_its_own).
   if on == number and tonumber(exp) <= ended_by then
     redis.call('HDEL', key, id)
     count_unmap(key, bumped)

@@ -1,5 +1,5 @@
 //! A replica's view of the up nodes, from which it places new sessions on a
-//! Redis Cluster (design.md, "Past one Redis").
+//! Redis Cluster (docs/cluster.md).
 //!
 //! The control slot no longer hears of every new session: each replica
 //! reads the up nodes with their scores (`view.lua`) at most every
