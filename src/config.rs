@@ -153,6 +153,12 @@ pub struct Config {
     /// a tenth of the rate of new sessions (README).
     #[arg(long, env = "SESSION_HISTORY_SECS", default_value_t = 0)]
     pub session_history_secs: u64,
+    /// A failover archives, on the failed node's behalf, the highest total
+    /// the replicas showed of each of its sessions, so a node's death loses
+    /// no click a user saw (design.md, Failover). `false`: its sessions go
+    /// on from their last archive, as before 0.3.
+    #[arg(long, env = "FAILOVER_HAND_OVER", default_value_t = true, action = clap::ArgAction::Set)]
+    pub failover_hand_over: bool,
     /// One log line per request (method, path, status, node, duration, the
     /// session id hashed), at target `access`.
     #[arg(long, env = "ACCESS_LOG", default_value_t = false)]
@@ -257,6 +263,7 @@ impl Config {
             log_format: LogFormat::Pretty,
             access_log: false,
             session_history_secs: 0,
+            failover_hand_over: true,
         }
     }
 

@@ -62,9 +62,13 @@ impl Application {
         let lease = Arc::new(Lease::new(config.silence()));
         // This application's cleans and admin operations, waited for at shutdown.
         let detached = Detached::default();
-        let (cleaner, fences) = cleaner_and_fences(
+        let cache = Arc::new(MappingCache::new(lease.clone()));
+        let (cleaner, mut fences) = cleaner_and_fences(
             &config, &store, &archive, &client, &table, &detached, &lease,
         );
+        if config.failover_hand_over {
+            fences = fences.handing_over(cache.clone());
+        }
         archive.set_replica(fences.replica_id());
         let sweeper = Sweeper::new(
             cleaner.clone(),
@@ -82,7 +86,7 @@ impl Application {
             registry.clone(),
             sweeper.clone(),
             fences_followed.clone(),
-            MappingCache::new(lease),
+            cache,
             PressSettings::from_config(&config),
         )
         .with_placement(

@@ -72,6 +72,54 @@ impl Archive {
         .await
     }
 
+    /// A failover archives on its failed node's behalf what the replicas
+    /// showed (design.md, Failover): each session's `total` becomes the
+    /// row's clicks beyond its base, under a token of its own, issued
+    /// completed in the same transaction (so no failover revokes it in
+    /// between, and the fold takes it as a clean's). A row whose base holds
+    /// as much already is left alone: the archive never goes down. Returns
+    /// the rows written.
+    pub async fn archive_shown(&self, node: &str, totals: &[(String, i64)]) -> ArchiveResult<u64> {
+        let mut totals = totals.to_vec();
+        // In `session_id` order, as every multi-row write locks its rows.
+        totals.sort();
+        let (ids, clicks): (Vec<String>, Vec<i32>) = totals
+            .into_iter()
+            .map(|(id, total)| (id, i32::try_from(total).unwrap_or(i32::MAX)))
+            .unzip();
+        self.run(
+            "archiving a failed node's shown totals in Postgres",
+            async {
+                let mut tx = self.pool().begin().await?;
+                let token: i64 = sqlx::query_scalar(
+                    "INSERT INTO clean_tokens (cluster, node, completed) VALUES ($1, $2, true)
+                 RETURNING generation",
+                )
+                .bind(self.cluster())
+                .bind(node)
+                .fetch_one(&mut *tx)
+                .await?;
+                let written = sqlx::query(
+                    "INSERT INTO session_archive AS a (session_id, clicks, generation, archived_at)
+                 SELECT id, total, $3, now() FROM UNNEST($1::varchar[], $2::int[]) AS h(id, total)
+                 ON CONFLICT (session_id) DO UPDATE
+                 SET clicks = EXCLUDED.clicks - a.base_clicks, generation = EXCLUDED.generation,
+                     archived_at = EXCLUDED.archived_at
+                 WHERE a.base_clicks < EXCLUDED.clicks",
+                )
+                .bind(&ids)
+                .bind(&clicks)
+                .bind(token)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                tx.commit().await?;
+                Ok(written)
+            },
+        )
+        .await
+    }
+
     /// Whether a token was revoked (a journal's clean that a failover, or
     /// its own cleaner, gave up on).
     pub async fn token_revoked(&self, generation: i64) -> ArchiveResult<bool> {

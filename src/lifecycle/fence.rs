@@ -21,7 +21,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::nodes::NodeTable;
-use crate::store::{FenceReason, Fences, NodeState, Nodes, Replicas, Store, StoreResult};
+use crate::store::{
+    FenceReason, Fences, HandedOver, NodeState, Nodes, Replicas, Store, StoreResult,
+};
 
 /// How often a replica heartbeats and re-reads the fences without being woken.
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -131,6 +133,16 @@ pub struct FenceWatcher {
     polling: Arc<tokio::sync::Mutex<()>>,
     /// Renewed by every poll that succeeds (see [`Lease`]).
     lease: Arc<Lease>,
+    /// What it hands over with a failover's acknowledgement (`None`:
+    /// nothing, `FAILOVER_HAND_OVER=false`).
+    shown: Option<Arc<dyn Shown>>,
+}
+
+/// What this replica showed of a node's sessions: the highest total it
+/// answered of each one's present placement (the mapping cache keeps it).
+/// Handed over with the acknowledgement of the node's failover.
+pub trait Shown: Send + Sync {
+    fn shown_on(&self, node: &str) -> Vec<HandedOver>;
 }
 
 /// A fence this replica has closed its gate for: its sequence number and
@@ -154,7 +166,15 @@ impl FenceWatcher {
             events,
             polling: Arc::default(),
             lease,
+            shown: None,
         }
+    }
+
+    /// Hands over what `shown` remembers with every acknowledgement of a
+    /// failover's fence (`FAILOVER_HAND_OVER`).
+    pub fn handing_over(mut self, shown: Arc<dyn Shown>) -> Self {
+        self.shown = Some(shown);
+        self
     }
 
     pub fn replica_id(&self) -> &str {
@@ -238,8 +258,15 @@ impl FenceWatcher {
                 },
                 None => None, // unknown node: no press of ours can reach it
             };
+            // A failover's: with no press of ours left at the node, what
+            // we showed of its sessions is final; handed over before the
+            // ack, so the failover that sees the ack finds it.
+            let handed = match (&watcher.shown, reason) {
+                (Some(shown), FenceReason::Down) => shown.shown_on(&node),
+                _ => Vec::new(),
+            };
             for attempt in 0u32.. {
-                match watcher.fences.ack_fence(&node, seq, &watcher.replica).await {
+                match watcher.ack_with(&node, seq, &handed).await {
                     Ok(()) => break,
                     Err(error) if attempt % 20 == 0 => {
                         warn!(%node, seq, %error, "cannot ack fence; retrying")
@@ -260,6 +287,14 @@ impl FenceWatcher {
             }
             drop(guard);
         });
+    }
+
+    /// The hand-over (if any), then the acknowledgement.
+    async fn ack_with(&self, node: &str, seq: u64, handed: &[HandedOver]) -> StoreResult<()> {
+        self.fences
+            .hand_over(node, seq, &self.replica, handed)
+            .await?;
+        self.fences.ack_fence(node, seq, &self.replica).await
     }
 
     /// Follows fences until cancelled (woken by the events channel, with a

@@ -101,7 +101,7 @@ impl SessionService {
         registry: NodeRegistry,
         sweeper: Sweeper,
         fences_followed: Arc<AtomicBool>,
-        cache: MappingCache,
+        cache: Arc<MappingCache>,
         settings: PressSettings,
     ) -> Self {
         Self {
@@ -112,7 +112,7 @@ impl SessionService {
             ttl: settings.ttl,
             budget: press_budget(settings.node_timeout),
             fences_followed,
-            cache: Arc::new(cache),
+            cache,
             history: settings.history,
             queue_timeout: settings.queue_timeout,
         }

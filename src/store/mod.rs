@@ -69,7 +69,7 @@ use redis::AsyncCommands;
 /// The node types live in `nodes::record`; re-exported for the store's
 /// callers.
 pub use crate::nodes::record::{NodeRecord, NodeState};
-pub use fences::{Fence, FenceReason, Fences, Journal};
+pub use fences::{Fence, FenceReason, Fences, HandedOver, Journal};
 pub use locks::{with_lock, with_node_lock, Lock, Locks, NodeLock, LOCK_TTL_MS, LOCK_WAIT};
 pub use nodes::{Nodes, StateChange};
 pub use replicas::{Identity, Layout, LayoutMismatch, Replicas, LAYOUT};

@@ -3,6 +3,7 @@
 
 use stateright::{Model, Property};
 
+use protocol::failover;
 use protocol::placement::{self, Placed};
 use protocol::press::{self, Heard, NodeNow};
 
@@ -66,6 +67,12 @@ pub struct Guards {
     /// sweep finishes the clean (the same token, settled or failed).
     /// Out, the fence runs stale and comes down over an unsettled clean.
     pub journal: bool,
+    /// Issue 46: each replica remembers the highest total it showed of the
+    /// session's present placement and hands it over with its
+    /// acknowledgement of a failover's fence; the failover archives the
+    /// highest on the node's behalf, under a token of its own, before it
+    /// unmaps. Out, a node's death loses every click since its archive.
+    pub hand_over: bool,
 }
 
 impl Guards {
@@ -85,10 +92,11 @@ impl Guards {
         fencing_epoch: true,
         clean_tokens: true,
         journal: true,
+        hand_over: true,
     };
 
     /// Every guard's name, as [`Guards::without`] takes it.
-    pub const NAMES: [&'static str; 14] = [
+    pub const NAMES: [&'static str; 15] = [
         "unknown_is_504",
         "retry_only_unsent",
         "answer_before_timer",
@@ -103,6 +111,7 @@ impl Guards {
         "fencing_epoch",
         "clean_tokens",
         "journal",
+        "hand_over",
     ];
 
     /// These guards with the one named taken out (`None`: no such guard).
@@ -123,6 +132,7 @@ impl Guards {
             "fencing_epoch" => &mut g.fencing_epoch,
             "clean_tokens" => &mut g.clean_tokens,
             "journal" => &mut g.journal,
+            "hand_over" => &mut g.hand_over,
             _ => return None,
         };
         *guard = false;
@@ -145,6 +155,7 @@ impl Guards {
         fencing_epoch: true,
         clean_tokens: true,
         journal: true,
+        hand_over: false,
     };
 }
 
@@ -209,6 +220,7 @@ pub enum Replay {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Snapshot {
     pub mapping: Option<(u8, u8)>,
+    pub life: u8,
     pub epoch: [u8; NODES],
     pub unmapped_at: u8,
 }
@@ -217,6 +229,7 @@ impl Snapshot {
     /// What a Redis restarted empty holds.
     const EMPTY: Snapshot = Snapshot {
         mapping: None,
+        life: 0,
         epoch: [0; NODES],
         unmapped_at: 0,
     };
@@ -266,12 +279,14 @@ pub enum Step {
     /// replica's clean mark read before the fold.
     Place { base: u8, version: u8, mark: u8 },
     /// Mapped to `node`, with `base` and the node's fencing `epoch` as
-    /// read, after the clean mark `mark`.
+    /// read, after the clean mark `mark`; `life`: which placement of the
+    /// session the mapping is (the code tells them apart by their ends).
     Send {
         node: u8,
         base: u8,
         epoch: u8,
         mark: u8,
+        life: u8,
     },
     /// Sent; waiting for the node's answer or the timer.
     /// `lapses`: the replica's lease lapses when it was sent (`u8::MAX`:
@@ -283,6 +298,7 @@ pub enum Step {
         lapses: u8,
         epoch: u8,
         mark: u8,
+        life: u8,
     },
 }
 
@@ -308,6 +324,9 @@ pub struct Replica {
     pub cleaned_at: [u8; NODES],
     /// How often its lease lapsed (`Lease::contact`, its gaps).
     pub lapses: u8,
+    /// The highest total it answered of the session's placement on a
+    /// node: (node, life, total), beside the cached mapping.
+    pub shown: Option<(u8, u8, u8)>,
 }
 
 /// A message between a replica (or the cleaner) and a node.
@@ -365,6 +384,13 @@ pub struct State {
     /// The session's mapping: node, base, and the archive version its base
     /// was folded at.
     pub mapping: Option<(u8, u8)>,
+    /// Which placement of the session the mapping is, and how many there
+    /// were (placements end at different moments: never rolled back).
+    pub life: u8,
+    pub lives: u8,
+    /// The highest total handed over with the acknowledgements of the
+    /// failover's fence up now.
+    pub handed: Option<u8>,
     pub down: [bool; NODES],
     /// The fencing epoch recorded for each node (its last clean's token).
     pub epoch: [u8; NODES],
@@ -422,11 +448,21 @@ pub struct State {
     /// A 200 answer was above the truth when it was given (judged then: a
     /// node's restart later loses clicks an earlier answer rightly showed).
     pub answered_above_truth: bool,
-    /// Times the session lost clicks: failovers of its node, restarts of a
-    /// node holding clicks of it since its last archive. A restart of a
-    /// node that held none excuses nothing.
+    /// Times the session lost clicks (its era): a placement on a base below
+    /// an answer shown in the era (a failover that could not hand them
+    /// over, Redis forgetting), a restart of a node holding clicks of it
+    /// since its last archive. A restart of a node that held none excuses
+    /// nothing. `shown_top`: the highest answer of the era.
     pub losses: u8,
     pub restarts: u8,
+    /// The highest total each replica answered of the present placement,
+    /// whether a replica that answered one died since (its memory went
+    /// with it), and whether a failover lost a click shown though every
+    /// replica that showed one handed it over.
+    pub life_shown: [u8; REPLICAS],
+    pub shown_top: u8,
+    pub forgot_shown: bool,
+    pub lost_shown: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -547,6 +583,9 @@ impl State {
         match next {
             press::Next::Answer(clicks) => {
                 self.answered_above_truth |= clicks > self.truth;
+                if self.presses[press as usize].era == self.losses {
+                    self.shown_top = self.shown_top.max(clicks);
+                }
                 self.answer(replica, press, Answer::Counted(clicks))
             }
             press::Next::Unknown => self.answer(replica, press, Answer::Unknown),
@@ -637,11 +676,33 @@ impl State {
 
     /// The failover's unmap: what the node counted since its last archive
     /// is lost (mapped there, or not any more: after a rebuild's wipe).
-    fn fail_over(&mut self, node: u8) {
-        if matches!(self.mapping, Some((n, _)) if n == node) || self.count[node as usize] > 0 {
-            self.losses += 1;
+    /// The failover's unmap. `judged`: a failover's own fence (not a
+    /// clean's timer), whose acknowledgements hand over what each replica
+    /// showed: a click shown of the session's placement here and above
+    /// what the archive now holds is lost though every replica that showed
+    /// one was heard, unless one of them died meanwhile.
+    fn fail_over(&mut self, node: u8, clean_tokens: bool, judged: bool) {
+        if judged && matches!(self.mapping, Some((n, _)) if n == node) {
+            let shown = self.life_shown.iter().copied().max().unwrap_or(0);
+            let heard_all = (0..REPLICAS).all(|r| self.life_shown[r] == 0 || self.acked[r]);
+            self.lost_shown |=
+                shown > self.archived(clean_tokens) && heard_all && !self.forgot_shown;
         }
         self.unmap_if_on(node);
+    }
+
+    /// A 200 answer of `total` for the placement `life` on `node`: the
+    /// replica remembers the highest of the newest placement it answered.
+    fn remember(&mut self, replica: u8, node: u8, life: u8, total: u8) {
+        let r = replica as usize;
+        let shown = &mut self.replicas[r].shown;
+        match *shown {
+            Some((_, l, t)) if l > life || (l == life && t >= total) => {}
+            _ => *shown = Some((node, life, total)),
+        }
+        if life == self.life {
+            self.life_shown[r] = self.life_shown[r].max(total);
+        }
     }
 
     /// `lower_fence.lua`; each replica's gate opens, and its clean mark
@@ -656,6 +717,7 @@ impl State {
             }
         }
         self.acked = [false; REPLICAS];
+        self.handed = None;
         self.cleaner = Cleaner::Idle;
         if self.rebuilding && !self.to_rebuild.contains(&true) {
             // `declare_complete`: a new group epoch, so a base folded
@@ -687,6 +749,7 @@ impl State {
     fn come_back_on(&mut self, snapshot: Snapshot, part: Part, g: Guards) {
         if part != Part::Control {
             self.mapping = snapshot.mapping;
+            self.life = snapshot.life;
             self.unmapped_at = snapshot.unmapped_at;
         }
         if part != Part::Sessions {
@@ -703,6 +766,7 @@ impl State {
     fn redis(&self) -> Snapshot {
         Snapshot {
             mapping: self.mapping,
+            life: self.life,
             epoch: self.epoch,
             unmapped_at: self.unmapped_at,
         }
@@ -716,6 +780,9 @@ impl Model for Protocol {
     fn init_states(&self) -> Vec<State> {
         vec![State {
             mapping: None,
+            life: 0,
+            lives: 0,
+            handed: None,
             down: [false; NODES],
             epoch: [0; NODES],
             fence: [false; NODES],
@@ -749,6 +816,10 @@ impl Model for Protocol {
             answered_above_truth: false,
             losses: 0,
             restarts: 0,
+            life_shown: [0; REPLICAS],
+            shown_top: 0,
+            forgot_shown: false,
+            lost_shown: false,
         }]
     }
 
@@ -949,6 +1020,7 @@ impl Model for Protocol {
                         base,
                         epoch: s.epoch[node as usize],
                         mark,
+                        life: s.life,
                     },
                     None => Step::Fold,
                 };
@@ -1002,7 +1074,21 @@ impl Model for Protocol {
                 let step = match placed {
                     Placed::Stale => Step::Fold,
                     Placed::Created { node, base } => {
+                        if base < s.shown_top && version >= s.unmapped_at {
+                            // It goes on from an archive, read since the
+                            // session was last unmapped, that lacks an
+                            // answer shown: it lost clicks (a failover that
+                            // could not hand them over, Redis forgetting).
+                            // A base folded before that unmap is no loss
+                            // but the hole `base_guard` closes.
+                            s.losses += 1;
+                            s.shown_top = 0;
+                        }
                         s.mapping = Some((node, base));
+                        s.lives += 1;
+                        s.life = s.lives;
+                        s.life_shown = [0; REPLICAS];
+                        s.forgot_shown = false;
                         if g.unmap_takes_its_own
                             && matches!(s.replay, Some(Replay::Unmap { node: n }) if n == node)
                         {
@@ -1014,6 +1100,7 @@ impl Model for Protocol {
                             base,
                             epoch: s.epoch[node as usize],
                             mark,
+                            life: s.life,
                         }
                     }
                     Placed::Standing { node, base } => Step::Send {
@@ -1021,6 +1108,7 @@ impl Model for Protocol {
                         base,
                         epoch: s.epoch[node as usize],
                         mark,
+                        life: s.life,
                     },
                 };
                 s.set_step(replica, press, Some(step));
@@ -1031,6 +1119,7 @@ impl Model for Protocol {
                     base,
                     epoch,
                     mark,
+                    life,
                 }) = s.work(replica, press)
                 else {
                     return None;
@@ -1064,6 +1153,7 @@ impl Model for Protocol {
                     lapses,
                     epoch,
                     mark,
+                    life,
                 };
                 s.set_step(replica, press, Some(waiting));
             }
@@ -1073,6 +1163,7 @@ impl Model for Protocol {
                     base,
                     lapses,
                     epoch,
+                    life,
                     ..
                 }) = s.work(replica, press)
                 else {
@@ -1100,7 +1191,11 @@ impl Model for Protocol {
                     }
                     _ => Heard::Refused,
                 };
-                s.go_on(replica, press, press::next(heard, base));
+                let next = press::next(heard, base);
+                if let press::Next::Answer(total) = next {
+                    s.remember(replica, node, life, total);
+                }
+                s.go_on(replica, press, next);
             }
             Action::Timer {
                 replica,
@@ -1113,6 +1208,7 @@ impl Model for Protocol {
                     base,
                     epoch,
                     mark,
+                    life,
                     ..
                 }) = s.work(replica, press)
                 else {
@@ -1159,6 +1255,7 @@ impl Model for Protocol {
                         base,
                         epoch,
                         mark,
+                        life,
                     };
                     s.set_step(replica, press, Some(send));
                     return Some(s);
@@ -1244,11 +1341,19 @@ impl Model for Protocol {
                 s.cleaner = Cleaner::Fenced { node, archive };
             }
             Action::AckFence { replica } => {
-                let Cleaner::Fenced { node, .. } = s.cleaner else {
+                let Cleaner::Fenced { node, archive } = s.cleaner else {
                     return None;
                 };
                 s.replicas[replica as usize].gate_closed[node as usize] = true;
                 s.acked[replica as usize] = true;
+                // A failover's acknowledgement hands over what the replica
+                // showed of the session's placement on the node.
+                let mapped_here = matches!(s.mapping, Some((n, _)) if n == node);
+                if let Some((n, life, total)) = s.replicas[replica as usize].shown {
+                    if g.hand_over && !archive && mapped_here && n == node && life == s.life {
+                        s.handed = s.handed.max(Some(total));
+                    }
+                }
             }
             Action::CleanNode => {
                 let Cleaner::Fenced { node, archive } = s.cleaner else {
@@ -1264,9 +1369,19 @@ impl Model for Protocol {
                     });
                     s.cleaner = Cleaner::Sent { node, token };
                 } else {
-                    // Failover: revoke what the node may yet archive, unmap.
+                    // Failover (`fail_over_locked`): archive on the node's
+                    // behalf what the replicas showed, under a token of its
+                    // own issued settled (`archive_shown`); revoke what the
+                    // node may yet archive; unmap (`move_sessions_off`).
+                    let archived = s.archived(g.clean_tokens);
+                    if let Some(clicks) = failover::handed_over(s.handed, archived) {
+                        s.tokens.push(Token::Completed);
+                        s.rows.push((s.tokens.len() as u8, clicks));
+                        s.rows.sort();
+                        s.version += 1;
+                    }
                     revoke_all(&mut s);
-                    s.fail_over(node);
+                    s.fail_over(node, g.clean_tokens, true);
                     s.lower_fence(node);
                 }
             }
@@ -1298,6 +1413,7 @@ impl Model for Protocol {
                 let n = node as usize;
                 if s.count[n] > 0 {
                     s.losses += 1;
+                    s.shown_top = 0;
                 }
                 s.count[n] = 0;
                 s.floor[n] = 0;
@@ -1305,6 +1421,7 @@ impl Model for Protocol {
             }
             Action::ReplicaDies { replica } => {
                 let r = replica as usize;
+                s.forgot_shown |= s.life_shown[r] > 0;
                 for work in std::mem::take(&mut s.replicas[r].work) {
                     s.presses[work.press as usize].answer = Some(Answer::Unknown);
                 }
@@ -1362,7 +1479,7 @@ impl Model for Protocol {
                 };
                 s.tokens[token as usize - 1] = Token::Revoked;
                 s.mark_down(node, None);
-                s.fail_over(node);
+                s.fail_over(node, g.clean_tokens, false);
                 s.may_replay(Replay::Unmap { node }, self.replays);
                 s.lower_fence(node);
             }
@@ -1391,7 +1508,8 @@ impl Model for Protocol {
     /// stops where a press has been counted more than twice over.
     fn within_boundary(&self, s: &State) -> bool {
         s.truth <= 2 * self.presses
-            && s.tokens.len() <= 2 * (self.cleans + NODES as u8 * self.rollbacks) as usize + 1
+            && s.tokens.len()
+                <= 2 * (self.cleans + NODES as u8 * self.rollbacks) as usize + 1 + NODES
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
@@ -1421,6 +1539,10 @@ impl Model for Protocol {
             Property::always("no node is taken down while it answers", |_, s: &State| {
                 !s.taken_down_answering
             }),
+            Property::always(
+                "a failover loses no click shown by a replica it heard from",
+                |_, s: &State| !s.lost_shown,
+            ),
             // Stateright checks `eventually` on acyclic paths only, and
             // retries make cycles: what is checked is that no state leaves
             // a press under way with nothing able to move (a deadlock).
@@ -1539,6 +1661,7 @@ mod tests {
             base: 0,
             epoch: 0,
             mark: 0,
+            life: 0,
         };
         s.set_step(0, 0, Some(send));
         assert!(protocol.can_go_on(&s), "an open gate lets it go on");

@@ -208,9 +208,10 @@ fn unnoticed_a_redis_back_on_an_older_snapshot_restarts_a_session_and_repeats_an
         },
         2,
     ));
-    assert_eq!(
-        broken(&report),
-        ["no answer repeats another but for a failover or a restart"]
+    assert!(
+        broken(&report).contains(&"no answer repeats another but for a failover or a restart"),
+        "{:?}",
+        broken(&report)
     );
 }
 
@@ -269,19 +270,20 @@ fn a_placement_on_a_base_folded_before_the_last_unmap_repeats_an_answer() {
     );
 }
 
-/// 0.1.0 breaks five of the six properties of the counts. The sixth, no
+/// 0.1.0 breaks six of the seven properties of the counts. The seventh, no
 /// answer above the truth, it broke in the model before issue 44 only by
 /// a retry reading the answer its press's first attempt left unread at
 /// another node, which no connection of the code delivers: a press's
 /// answer now leaves with its attempt.
 #[test]
-fn the_code_of_0_1_0_breaks_five_properties_of_the_counts() {
+fn the_code_of_0_1_0_breaks_six_properties_of_the_counts() {
     // Without the restart: its retries alone make millions of states.
     let report = check(without_restarts(Guards::NONE, 2));
     assert_eq!(
         broken(&report),
         [
             "a 503 means nothing was counted",
+            "a failover loses no click shown by a replica it heard from",
             "a press is counted at most once",
             "an answer skips only clicks whose outcome was not shown",
             "no answer repeats another but for a failover or a restart",
@@ -300,11 +302,16 @@ fn without(guard: &str) -> Report {
 /// flight to the node. Without it the clean overtakes a press: the node
 /// forgets the session, counts the late press from zero, and the replica
 /// shows the old base plus one, an answer given before.
+/// (And a failover overtakes a press whose answer the replica shows after
+/// handing over a lower total.)
 #[test]
 fn without_the_gate_a_clean_overtakes_a_press_and_an_answer_repeats() {
     assert_eq!(
         broken(&without("gate")),
-        ["no answer repeats another but for a failover or a restart"]
+        [
+            "a failover loses no click shown by a replica it heard from",
+            "no answer repeats another but for a failover or a restart"
+        ]
     );
 }
 
@@ -365,7 +372,10 @@ fn a_fencing_epoch_does_not_stand_in_for_the_silence_order() {
 /// forgot leaves its clean to be finished by another replica's sweep.
 /// Without it the fence runs stale and comes down over an unsettled
 /// clean: the session stays mapped on its old base, the node counts from
-/// zero, and an answer repeats.
+/// zero, and an answer repeats; and a failover run over the unsettled
+/// clean archives what the replicas showed while the node's own archive
+/// (a node without tokens) is still to come: counted twice, above the
+/// truth.
 #[test]
 fn without_the_journal_a_cleaner_that_dies_mid_clean_repeats_an_answer() {
     let with_a_dying_cleaner = |guards| {
@@ -377,8 +387,25 @@ fn without_the_journal_a_cleaner_that_dies_mid_clean_repeats_an_answer() {
     let report = with_a_dying_cleaner(Guards::ALL);
     assert!(report.passed(), "{:#?}", report.counterexamples);
     let report = with_a_dying_cleaner(Guards::ALL.without("journal").unwrap());
+    for property in [
+        "no answer repeats another but for a failover or a restart",
+        "no answer is above the truth",
+    ] {
+        assert!(
+            broken(&report).contains(&property),
+            "{property}: {:?}",
+            broken(&report)
+        );
+    }
+}
+
+/// Issue 46: without the hand-over a failover unmaps the session from its
+/// archive, below what a replica showed and handed over: the clicks since
+/// its last archive are lost though every replica that showed them lives.
+#[test]
+fn without_the_hand_over_a_failover_loses_the_clicks_the_replicas_showed() {
     assert_eq!(
-        broken(&report),
-        ["no answer repeats another but for a failover or a restart"]
+        broken(&without("hand_over")),
+        ["a failover loses no click shown by a replica it heard from"]
     );
 }

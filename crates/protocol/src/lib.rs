@@ -11,6 +11,7 @@
 //! and the balancer's tests run each script on every state of the model's
 //! domain and compare.
 
+pub mod failover;
 pub mod placement;
 pub mod press;
 pub mod silence;

@@ -111,6 +111,25 @@ impl Report {
             .collect()
     }
 
+    /// Sessions that lost more clicks than their presses whose outcome
+    /// nobody saw (answered neither 200 nor 503: a 504, an error after the
+    /// press went out, a connection cut). Returns the offenders.
+    pub fn loss_beyond_unshown(&self, finals: &Finals) -> Vec<String> {
+        let mut unshown: HashMap<&str, i64> = HashMap::new();
+        for answer in &self.answers {
+            if answer.clicks.is_none() && answer.status != 503 {
+                *unshown.entry(answer.session.as_str()).or_default() += 1;
+            }
+        }
+        finals
+            .iter()
+            .filter(|(session, (truth, count))| {
+                truth - count > unshown.get(session.as_str()).copied().unwrap_or(0)
+            })
+            .map(|(session, (truth, count))| format!("{session}: truth {truth}, final {count}"))
+            .collect()
+    }
+
     /// One line for the log and the README.
     pub fn summary(&self, scenario: &str, faulty: Option<&str>) -> String {
         let (worst, median) = self.worst_second(faulty);

@@ -1,6 +1,8 @@
 //! Moving a failed node's sessions off it (design.md §4.5, §4.10), and
 //! wiping a node that comes back before it serves again.
 
+use std::collections::HashMap;
+
 use tracing::warn;
 
 use super::fenced::Fenced;
@@ -33,6 +35,16 @@ impl NodeCleaner {
     /// [`fail_over`](Self::fail_over) with the node lock held.
     pub(super) async fn fail_over_locked(&self, lock: &NodeLock) -> Result<usize, CleanError> {
         let addr = lock.node();
+        // A clean left unsettled (its cleaner died) is still under way: the
+        // node may yet archive under its token, on top of what this
+        // failover would archive for it. The sweep finishes the journal
+        // first (failing the node over if it does not answer), as it does
+        // before any new clean.
+        if self.store.fences.journal(addr).await?.is_some() {
+            return Err(CleanError::Busy {
+                node: addr.to_owned(),
+            });
+        }
         // Before its indexes are read: a replica's view may offer it still.
         self.store.sessions.close_to_new_sessions(addr).await?;
         if self.store.sessions.node_sessions(addr).await?.is_empty() {
@@ -43,9 +55,59 @@ impl NodeCleaner {
             return Ok(0);
         }
         let fence = self.raise_and_wait(lock, FenceReason::Down).await?;
-        let result = self.move_sessions_off(&fence).await;
+        let result = async {
+            self.archive_shown(&fence).await?;
+            self.move_sessions_off(&fence).await
+        }
+        .await;
         fence.lower().await;
         result
+    }
+
+    /// Under a failover's fence, before its sessions leave the node: the
+    /// highest total the replicas showed of each one's present placement
+    /// (handed over with their acknowledgements) goes into the archive on
+    /// the node's behalf (`protocol::failover::handed_over`), so a session
+    /// goes on from what its user saw, not from its last archive. A total
+    /// of another placement (one that ended) is not this one's. Returns the
+    /// clicks archived.
+    async fn archive_shown(&self, fence: &Fenced<'_>) -> Result<i64, CleanError> {
+        let (addr, seq) = (fence.node(), fence.seq());
+        let acked = self.store.fences.fence_acks(addr, seq).await?;
+        let mut shown: HashMap<String, Vec<(i64, i64)>> = HashMap::new();
+        for handed in self.store.fences.handed_over(addr, seq, &acked).await? {
+            shown
+                .entry(handed.session)
+                .or_default()
+                .push((handed.expires_at_ms, handed.total));
+        }
+        let ids: Vec<String> = shown.keys().cloned().collect();
+        let mappings = self.store.sessions.mappings_of(&ids).await?;
+        let mut archived = 0;
+        let totals: Vec<(String, i64)> = ids
+            .into_iter()
+            .zip(mappings)
+            .filter_map(|(id, mapping)| {
+                let mapping = mapping.filter(|m| m.node == addr)?;
+                let of_this_placement = shown[&id]
+                    .iter()
+                    .filter(|(ends, _)| *ends == mapping.expires_at_ms)
+                    .map(|(_, total)| *total);
+                let clicks = protocol::failover::handed_over(of_this_placement, mapping.base)?;
+                archived += clicks;
+                Some((id, mapping.base + clicks))
+            })
+            .collect();
+        if totals.is_empty() {
+            return Ok(0);
+        }
+        // Postgres cannot be conditioned on the lock: read it just before.
+        fence.lock().lock().check_held(&self.store.locks).await?;
+        let written = self.archive.archive_shown(addr, &totals).await?;
+        warn!(node = %addr, sessions = written, clicks = archived, "failed node's shown clicks archived on its behalf");
+        metrics::counter!("nodes_control_failover_clicks_archived_total")
+            .increment(archived as u64);
+        Ok(archived)
     }
 
     /// Under the fence: revoke the node's tokens, then unmap its sessions.

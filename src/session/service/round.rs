@@ -203,10 +203,14 @@ impl SessionService {
             Box::pin(self.mark_failed(&entry, round.id, error)).await;
         }
         match press::next(heard, current.base) {
-            press::Next::Answer(clicks) => Ok(Next::Answer(Pressed {
-                clicks,
-                node: entry,
-            })),
+            press::Next::Answer(clicks) => {
+                // Remembered for a failover of the node (its hand-over).
+                self.cache.answered(round.id, &current, clicks);
+                Ok(Next::Answer(Pressed {
+                    clicks,
+                    node: entry,
+                }))
+            }
             press::Next::Unknown => {
                 if failed {
                     // This press is over; its node is failed over apart.

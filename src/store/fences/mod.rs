@@ -10,7 +10,8 @@
 //! Keys: `fences` (hash node -> "seq:deadline_ms:reason"), `fence_seq` (counter),
 //! `fence_acks:{node}:{seq}` (set of replica ids), `replicas` (zset replica
 //! id -> last heartbeat ms), `journal:{node}` (the clean in progress, so a
-//! crashed cleaner's fold can be repeated).
+//! crashed cleaner's fold can be repeated), `handover:{node}:{seq}:{replica}`
+//! (what a replica showed of a failed node's sessions: `hand_over`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +20,9 @@ use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
 
 use super::{guarded, timed, Context, Core, Lock, StoreResult};
+
+mod hand_over;
+pub use hand_over::HandedOver;
 
 /// The clean fence and its journals.
 #[derive(Clone)]

@@ -179,6 +179,17 @@ impl Sessions {
         &self,
         session_ids: &[String],
     ) -> StoreResult<Vec<Option<(String, i64)>>> {
+        Ok(self
+            .mappings_of(session_ids)
+            .await?
+            .into_iter()
+            .map(|m| m.map(|m| (m.node, m.expires_at_ms)))
+            .collect())
+    }
+
+    /// Each session's mapping (`None` where it has none), in pipelined
+    /// round trips.
+    pub async fn mappings_of(&self, session_ids: &[String]) -> StoreResult<Vec<Option<Mapping>>> {
         if session_ids.is_empty() {
             return Ok(Vec::new()); // an empty pipeline is an error to redis-rs
         }
@@ -202,11 +213,14 @@ impl Sessions {
         let mut placements = vec![None; session_ids.len()];
         for read in futures::future::join_all(reads).await {
             for (i, value) in read? {
-                if let Some((number, _, exp)) = value.as_deref().and_then(unpack_mapping) {
-                    placements[i] = self
-                        .node_address(number)
-                        .await?
-                        .map(|node| (node.to_string(), exp));
+                if let Some((number, base, expires_at_ms)) =
+                    value.as_deref().and_then(unpack_mapping)
+                {
+                    placements[i] = self.node_address(number).await?.map(|node| Mapping {
+                        node: node.to_string(),
+                        base,
+                        expires_at_ms,
+                    });
                 }
             }
         }
