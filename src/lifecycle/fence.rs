@@ -262,7 +262,13 @@ impl FenceWatcher {
             // we showed of its sessions is final; handed over before the
             // ack, so the failover that sees the ack finds it.
             let handed = match (&watcher.shown, reason) {
-                (Some(shown), FenceReason::Down) => shown.shown_on(&node),
+                (Some(shown), FenceReason::Down) => {
+                    let (shown, node) = (shown.clone(), node.clone());
+                    // A scan of the whole cache: off the runtime's threads.
+                    tokio::task::spawn_blocking(move || shown.shown_on(&node))
+                        .await
+                        .unwrap_or_default()
+                }
                 _ => Vec::new(),
             };
             for attempt in 0u32.. {

@@ -128,7 +128,8 @@ async fn a_sweep_touches_only_expired_sessions_and_leaves_live_ones_counting() {
 }
 
 #[tokio::test]
-async fn a_clean_all_node_re_bases_its_live_sessions_and_a_killed_node_restores_from_the_archive() {
+async fn a_clean_all_node_re_bases_its_live_sessions_and_a_killed_node_s_sessions_go_on_from_what_was_shown(
+) {
     let app = spawn_app_with(common::test_config()).await;
     let mut nodes = start_nodes(&app, 1, true).await;
     let (a, b) = (unique("a"), unique("b"));
@@ -159,8 +160,9 @@ async fn a_clean_all_node_re_bases_its_live_sessions_and_a_killed_node_restores_
     // B stayed on the node with base 3: 1 + 3.
     assert_eq!(app.press(&b).await.clicks(), 4);
     assert_eq!(app.press(&b).await.clicks(), 5);
-    // The node dies; B continues elsewhere from its last archive (3),
-    // losing the 2 clicks since, never above the truth (5).
+    // The node dies; B continues elsewhere from the last count this
+    // replica showed (5: the failover archives it for the dead node), not
+    // from its last archive (3).
     let spare = common::TestNode::start("spare", true);
     app.add_node(&spare.address, "spare").await;
     nodes[0].kill();
@@ -168,7 +170,7 @@ async fn a_clean_all_node_re_bases_its_live_sessions_and_a_killed_node_restores_
     // there); the node's counts are lost either way.
     let answer = common::press_until_ok(&app, &b).await;
     assert_eq!(answer.served_by.as_deref(), Some("spare"));
-    assert_eq!(answer.clicks(), 4);
+    assert_eq!(answer.clicks(), 6);
     assert_eq!(app.press(&a).await.clicks(), 3, "A restores its archived 2");
 }
 

@@ -269,7 +269,9 @@ impl SessionService {
             served @ Attempt::Served { .. } => return Err(unknown(id, &entry, served)),
         };
         drop(held);
-        self.cache.forget(id);
+        // The cached entry stays: it holds what this replica showed of the
+        // session, which the failover's hand-over must find (its fence
+        // voids the mapping itself).
         Box::pin(self.fail_over(&entry, id, round.deadline)).await?;
         round.failed_over = true;
         self.reread(round).await?;
