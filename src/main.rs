@@ -1,3 +1,5 @@
+use std::io::Write;
+
 use clap::Parser;
 
 // The hot path allocates a little per request (bodies, keys); mimalloc
@@ -31,11 +33,15 @@ fn admin(cli: AdminCli) -> anyhow::Result<()> {
         .build()?;
     match runtime.block_on(cli.run()) {
         Ok((answer, warning)) => {
-            println!("{answer}");
             if let Some(warning) = warning {
                 eprintln!("warning: {warning}");
             }
-            Ok(())
+            // A reader that stops early (`| head`) took all it wanted: not
+            // an error (Rust ignores SIGPIPE, so the write says so instead).
+            match writeln!(std::io::stdout().lock(), "{answer}") {
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                written => Ok(written?),
+            }
         }
         Err(error) => {
             eprintln!("error: {error}");

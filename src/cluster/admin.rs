@@ -332,9 +332,10 @@ impl NodeAdmin {
             this.archive().delete_member(addr).await?;
             this.table().remove(addr);
             info!(node = %addr, sessions = report.unmapped, archived = report.archived, "node removed");
-            let reason = match report.archived {
-                true => reason.to_owned(),
-                false => format!("{reason}; the node could not archive: its clicks since its last archive are lost"),
+            let reason = match (report.archived, report.unmapped) {
+                (true, _) => reason.to_owned(),
+                (false, 0) => format!("{reason}; it held no session: nothing to archive"),
+                (false, _) => format!("{reason}; the node could not archive: its sessions' clicks since their last archive are lost"),
             };
             this.archive().record(
                 NodeEvent::new(actor, addr, "removed")

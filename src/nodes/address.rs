@@ -18,6 +18,18 @@ pub struct AddressError {
     pub reason: &'static str,
 }
 
+/// Why a node address does not parse as a URL, in the operator's words.
+fn unparsed(error: url::ParseError) -> &'static str {
+    use url::ParseError::*;
+    match error {
+        InvalidPort => "its port is not a number from 0 to 65535",
+        EmptyHost => "it has no host",
+        InvalidIpv4Address | InvalidIpv6Address => "its IP address is malformed",
+        InvalidDomainCharacter | IdnaError => "its host name has a character no host name has",
+        _ => "it is not an absolute URL",
+    }
+}
+
 impl NodeAddress {
     pub fn parse(input: &str) -> Result<Self, AddressError> {
         let fail = |reason| AddressError {
@@ -28,7 +40,7 @@ impl NodeAddress {
         if trimmed.is_empty() {
             return Err(fail("it is empty"));
         }
-        let url = url::Url::parse(trimmed).map_err(|_| fail("it is not an absolute URL"))?;
+        let url = url::Url::parse(trimmed).map_err(|error| fail(unparsed(error)))?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err(fail("the scheme must be http or https"));
         }
@@ -136,5 +148,13 @@ mod tests {
         ] {
             assert!(NodeAddress::parse(bad).is_err(), "{bad:?} was accepted");
         }
+    }
+
+    #[test]
+    fn a_port_out_of_range_is_named_as_the_problem() {
+        let error = NodeAddress::parse("http://h:99999").unwrap_err();
+        assert_eq!(error.reason, "its port is not a number from 0 to 65535");
+        let error = NodeAddress::parse("not a url").unwrap_err();
+        assert_eq!(error.reason, "it is not an absolute URL");
     }
 }

@@ -4,6 +4,7 @@ use crate::common;
 
 use common::{spawn_app, spawn_cluster, unique, TestNode};
 use serde_json::json;
+use std::time::Duration;
 
 #[tokio::test]
 async fn adding_a_node_twice_is_idempotent_and_addresses_are_normalised() {
@@ -173,6 +174,32 @@ async fn removing_a_dead_node_still_removes_it() {
     let body = app.remove_node(&nodes[0].address).await;
     assert_eq!(body["archived"], false);
     assert_eq!(app.nodes().await.len(), 1);
+}
+
+/// A dead node that held no session lost nothing: the audit log says so,
+/// not that its clicks are lost.
+#[tokio::test]
+async fn removing_a_dead_node_that_held_no_session_records_nothing_to_archive() {
+    let (app, mut nodes) = spawn_cluster(2).await;
+    nodes[0].kill();
+    let body = app.remove_node(&nodes[0].address).await;
+    assert_eq!(
+        (body["archived"].as_bool(), body["sessions"].as_u64()),
+        (Some(false), Some(0))
+    );
+    let path = format!("/events?node={}&limit=10", nodes[0].address);
+    let reason = testkit::eventually(Duration::from_secs(5), "the removal's event", || async {
+        let events = app.admin_get(&path).await;
+        let removed = events
+            .as_array()
+            .and_then(|all| all.iter().find(|e| e["action"] == "removed").cloned());
+        removed
+            .map(|e| e["reason"].as_str().unwrap_or_default().to_owned())
+            .ok_or(events)
+    })
+    .await;
+    assert!(reason.contains("nothing to archive"), "{reason}");
+    assert!(!reason.contains("lost"), "{reason}");
 }
 
 #[tokio::test]

@@ -111,3 +111,27 @@ async fn adding_an_address_that_does_not_answer_warns_that_the_node_is_down() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// `nodes-control admin nodes | head`: a reader that closes the pipe before
+/// the answer is written is not an error (it was a panic, exit 101).
+#[tokio::test]
+async fn the_admin_cli_piped_into_a_reader_that_stops_early_exits_quietly() {
+    let app = spawn_app().await;
+    // `true` exits at once; the answer comes a round trip later, into a
+    // pipe with no reader.
+    let command = format!(
+        "set -o pipefail; '{}' admin --url '{}' --token '{}' nodes | true",
+        env!("CARGO_BIN_EXE_nodes-control"),
+        app.address,
+        ADMIN_TOKEN
+    );
+    let output = tokio::process::Command::new("bash")
+        .args(["-c", &command])
+        .env_remove("ADMIN_TOKEN")
+        .output()
+        .await
+        .expect("bash runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{:?}: {stderr}", output.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
