@@ -37,10 +37,13 @@ async fn refusal_to_start(found: Option<&str>) -> String {
         set_on_owner(&key("layout"), found).await;
     }
     common::ensure_database().await;
+    let prefix = config.redis_key_prefix.clone();
     let error = Application::build(config)
         .await
         .err()
         .expect("a replica started on a layout it does not know");
+    common::teardown::joined(&prefix);
+    common::teardown::left(&prefix);
     format!("{error:#}")
 }
 
@@ -104,4 +107,6 @@ async fn a_serving_replica_stops_when_another_layout_appears() {
         .unwrap();
     let error = stopped.expect_err("stopped without an error").to_string();
     assert!(error.contains("storage layout 999"), "{error}");
+    common::teardown::joined(&config.redis_key_prefix);
+    common::teardown::left(&config.redis_key_prefix);
 }

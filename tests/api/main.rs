@@ -17,6 +17,7 @@ mod front;
 mod hardening;
 mod history;
 mod layout;
+mod leftovers;
 mod lifecycle;
 mod logs;
 mod metrics;

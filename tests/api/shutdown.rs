@@ -130,11 +130,13 @@ async fn sigterm_with_a_half_sent_request(mut child: std::process::Child, port: 
 async fn the_balancer_exits_within_its_grace_period_on_sigterm_despite_a_half_sent_request() {
     common::ensure_database().await;
     let port = common::process::free_port();
+    let prefix = format!("{}:", unique("sigterm"));
+    common::teardown::joined(&prefix);
     let child = Command::new(env!("CARGO_BIN_EXE_nodes-control"))
         .env("LISTEN_ADDR", format!("127.0.0.1:{port}"))
         .env("DATABASE_URL", common::database_url())
         .env("REDIS_URL", common::redis_url())
-        .env("REDIS_KEY_PREFIX", format!("{}:", unique("sigterm")))
+        .env("REDIS_KEY_PREFIX", &prefix)
         .env("ADMIN_TOKEN", common::ADMIN_TOKEN)
         .env("SHUTDOWN_GRACE_SECS", "2")
         .env("RUST_LOG", "warn")
@@ -143,6 +145,7 @@ async fn the_balancer_exits_within_its_grace_period_on_sigterm_despite_a_half_se
         .spawn()
         .unwrap();
     sigterm_with_a_half_sent_request(child, port).await;
+    common::teardown::left(&prefix);
 }
 
 #[tokio::test]

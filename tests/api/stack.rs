@@ -32,11 +32,13 @@ struct Stack {
 
 impl Stack {
     fn new() -> Self {
+        let prefix = format!("{}:", unique("stack"));
+        common::teardown::joined(&prefix);
         Self {
             run: std::env::temp_dir().join(unique("stack")),
             balancer_port: free_port(),
             node_base: free_node_base(),
-            prefix: format!("{}:", unique("stack")),
+            prefix,
         }
     }
 
@@ -74,6 +76,13 @@ impl Stack {
             .await
             .expect("the balancer answers");
         (response.status().as_u16(), response.text().await.unwrap())
+    }
+}
+
+/// Its Redis keys and Postgres rows go with it.
+impl Drop for Stack {
+    fn drop(&mut self) {
+        common::teardown::left(&self.prefix);
     }
 }
 

@@ -169,10 +169,13 @@ async fn a_missing_database_stops_the_start_unless_create_database_is_set() {
     assert!(message.contains(&name), "{message}");
     assert!(message.contains("CREATE_DATABASE"), "{message}");
     config.create_database = true;
+    let prefix = config.redis_key_prefix.clone();
     let app = nodes_control::Application::build(config)
         .await
         .expect("created and migrated");
     drop(app);
+    common::teardown::joined(&prefix);
+    common::teardown::left(&prefix);
     let pool = sqlx::PgPool::connect(&base).await.unwrap();
     let existed: bool =
         sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")

@@ -5,6 +5,13 @@
 //! while another serves on, so the prefix is cleaned only when the last
 //! application using it is dropped.
 //!
+//! An application may still be stopping then: its next registry check
+//! would find the registry gone and no member in Postgres, and declare an
+//! empty one complete again (256 group epochs and a few control keys under
+//! a prefix nobody cleans). So the prefix's layout key is set first to a
+//! version no release reads, with a TTL: a replica that meets it stops
+//! serving and writes nothing more, and the key goes by itself.
+//!
 //! [`TestApp::press`]: super::TestApp::press
 
 use std::collections::{HashMap, HashSet};
@@ -62,7 +69,17 @@ pub fn left(prefix: &str) {
     let _ = cleaning.join();
 }
 
+/// The layout version that tells a replica still running to stop.
+const TORN_DOWN: &str = "torn-down-by-the-tests";
+
 async fn clean(prefix: &str, sessions: Vec<String>) {
+    let mut servers = testkit::redis_servers();
+    servers.push(format!("redis://{}", testkit::single_redis_addr()));
+    servers.dedup();
+    // On a cluster one primary holds the control slot; the others refuse.
+    for server in &servers {
+        let _ = tombstone(server, prefix).await;
+    }
     // Postgres first: an application still stopping that found its Redis
     // state gone would otherwise rebuild it from the rows.
     if let Ok(pool) = sqlx::PgPool::connect(&testkit::database_url()).await {
@@ -78,12 +95,22 @@ async fn clean(prefix: &str, sessions: Vec<String>) {
             .await;
         pool.close().await;
     }
-    let mut servers = testkit::redis_servers();
-    servers.push(format!("redis://{}", testkit::single_redis_addr()));
-    servers.dedup();
-    for server in servers {
-        let _ = unlink_prefix(&server, prefix).await;
+    for server in &servers {
+        let _ = unlink_prefix(server, prefix).await;
     }
+}
+
+/// The prefix's layout key, set to [`TORN_DOWN`] for 30 s.
+async fn tombstone(server: &str, prefix: &str) -> redis::RedisResult<()> {
+    let client = redis::Client::open(server)?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    redis::cmd("SET")
+        .arg(format!("{prefix}{{ctl}}layout"))
+        .arg(TORN_DOWN)
+        .arg("EX")
+        .arg(30)
+        .query_async(&mut conn)
+        .await
 }
 
 /// Every key under `prefix` on one server, one `UNLINK` each (on a cluster
@@ -102,7 +129,7 @@ async fn unlink_prefix(server: &str, prefix: &str) -> redis::RedisResult<()> {
             .query_async(&mut conn)
             .await?;
         let mut pipe = redis::pipe();
-        for key in &keys {
+        for key in keys.iter().filter(|k| !k.ends_with("{ctl}layout")) {
             pipe.cmd("UNLINK").arg(key).ignore();
         }
         if !keys.is_empty() {
