@@ -102,13 +102,7 @@ impl Report {
                 *allowed.entry(answer.session.as_str()).or_default() += 1;
             }
         }
-        finals
-            .iter()
-            .filter(|(session, (truth, count))| {
-                truth - count > allowed.get(session.as_str()).copied().unwrap_or(0)
-            })
-            .map(|(session, (truth, count))| format!("{session}: truth {truth}, final {count}"))
-            .collect()
+        lost_beyond(finals, &allowed)
     }
 
     /// Sessions that lost more clicks than their presses whose outcome
@@ -121,13 +115,7 @@ impl Report {
                 *unshown.entry(answer.session.as_str()).or_default() += 1;
             }
         }
-        finals
-            .iter()
-            .filter(|(session, (truth, count))| {
-                truth - count > unshown.get(session.as_str()).copied().unwrap_or(0)
-            })
-            .map(|(session, (truth, count))| format!("{session}: truth {truth}, final {count}"))
-            .collect()
+        lost_beyond(finals, &unshown)
     }
 
     /// One line for the log and the README.
@@ -146,6 +134,17 @@ impl Report {
             self.seconds(faulty),
         )
     }
+}
+
+/// Sessions that lost more clicks than `allowed` says they may.
+fn lost_beyond(finals: &Finals, allowed: &HashMap<&str, i64>) -> Vec<String> {
+    finals
+        .iter()
+        .filter(|(session, (truth, count))| {
+            truth - count > allowed.get(session.as_str()).copied().unwrap_or(0)
+        })
+        .map(|(session, (truth, count))| format!("{session}: truth {truth}, final {count}"))
+        .collect()
 }
 
 /// One press through the balancer at `url`.
