@@ -314,15 +314,15 @@ impl NodeRegistry {
                 .nodes
                 .set_node_state_locked(lock.lock(), addr, state, &[NodeState::Down]);
         if let Some(old) = changed.await? {
-            let dropped = wiped.dropped;
+            let moved = wiped.moved;
             info!(
-                node = %addr, from = %old, sessions_dropped = dropped, %reason,
+                node = %addr, from = %old, sessions_moved = moved, %reason,
                 "node recovered and wiped"
             );
             self.archive().record(
                 NodeEvent::new(Actor::HealthCheck, addr, "recovered")
                     .states(Some(old.as_str()), Some(state.as_str()))
-                    .sessions(dropped as i64)
+                    .sessions(moved as i64)
                     .reason(reason),
             );
         }

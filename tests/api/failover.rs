@@ -228,6 +228,56 @@ async fn a_node_that_comes_back_is_wiped_before_it_takes_sessions_again() {
     );
 }
 
+/// A node declared down that answers its health checks again before any
+/// failover moved its sessions (alive all along, or restarted at once):
+/// the recovery moves them off as a failover does, with what the replica
+/// showed (the hand-over), before it wipes the node. Nothing presses in
+/// between, so the recovery, not a press, is what moves them.
+#[tokio::test]
+async fn a_node_recovered_before_its_failover_ran_loses_no_click_a_user_was_shown() {
+    let (app, nodes) = spawn_cluster(2).await;
+    let tag = unique("recovered");
+    let sessions: Vec<String> = (0..6).map(|i| format!("{tag}-{i}")).collect();
+    for _ in 0..3 {
+        for session in &sessions {
+            assert_eq!(app.press(session).await.status, 200);
+        }
+    }
+    let n1 = &nodes[0];
+    assert!(n1.node.session_count().await > 0, "n1 holds sessions");
+    let entry = app.ctx.admin.registry().table().get(&n1.address).unwrap();
+    app.ctx
+        .admin
+        .registry()
+        .mark_down(
+            &entry,
+            nodes_control::archive::events::Actor::HealthCheck,
+            "a test says so",
+        )
+        .await;
+    // Down in Redis now; up again only through a recovery.
+    eventually(Duration::from_secs(10), "n1 recovered", || async {
+        let n1_state = app
+            .nodes()
+            .await
+            .into_iter()
+            .find(|n| n["name"] == "n1")
+            .unwrap()["state"]
+            .clone();
+        holds(n1_state == "up", || n1_state)
+    })
+    .await;
+    assert_eq!(n1.node.session_count().await, 0, "n1 was wiped");
+    for session in &sessions {
+        let answer = app.press(session).await;
+        assert_eq!(
+            (answer.status, answer.clicks()),
+            (200, 4),
+            "{session} goes on from the 3 its user was shown: {answer:?}"
+        );
+    }
+}
+
 /// A node that counts a press and then answers 500, and a Redis that
 /// refuses writes at that very moment: the mark-down cannot be written.
 /// The replica keeps the node down all the same (the registry's stale

@@ -39,6 +39,18 @@ pub fn unique(tag: &str) -> String {
     format!("{tag}-{}", uuid::Uuid::new_v4().simple())
 }
 
+/// The balancer's log on stderr when `TEST_LOG` holds a filter
+/// (`TEST_LOG=nodes_control=debug`): to see what a failing test went
+/// through. Silent otherwise.
+fn log_if_asked() {
+    if let Ok(filter) = std::env::var("TEST_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_test_writer()
+            .try_init();
+    }
+}
+
 /// A configuration for one test: its own key prefix, quick health checks.
 pub fn test_config() -> Config {
     let mut config = Config::new(&database_url(), &redis_url(), ADMIN_TOKEN);
@@ -71,6 +83,7 @@ pub async fn spawn_app_with(config: Config) -> TestApp {
 
 /// An app whose sessions expire on `time` (replicas of one test share it).
 pub async fn spawn_app_on(config: Config, time: ManualTime) -> TestApp {
+    log_if_asked();
     ensure_database().await;
     teardown::joined(&config.redis_key_prefix);
     let app = Application::build_with_clock(config.clone(), time.clock())

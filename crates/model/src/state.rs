@@ -73,6 +73,12 @@ pub struct Guards {
     /// highest on the node's behalf, under a token of its own, before it
     /// unmaps. Out, a node's death loses every click since its archive.
     pub hand_over: bool,
+    /// A down node that answers its health checks again (alive all along,
+    /// or restarted at once) is failed over before it is wiped
+    /// (`NodeCleaner::wipe`): its sessions leave only through the
+    /// failover, with what the replicas showed. Out, the wipe unmaps them
+    /// from their last archive.
+    pub recovery_fails_over: bool,
 }
 
 impl Guards {
@@ -93,10 +99,11 @@ impl Guards {
         clean_tokens: true,
         journal: true,
         hand_over: true,
+        recovery_fails_over: true,
     };
 
     /// Every guard's name, as [`Guards::without`] takes it.
-    pub const NAMES: [&'static str; 15] = [
+    pub const NAMES: [&'static str; 16] = [
         "unknown_is_504",
         "retry_only_unsent",
         "answer_before_timer",
@@ -112,6 +119,7 @@ impl Guards {
         "clean_tokens",
         "journal",
         "hand_over",
+        "recovery_fails_over",
     ];
 
     /// These guards with the one named taken out (`None`: no such guard).
@@ -133,6 +141,7 @@ impl Guards {
             "clean_tokens" => &mut g.clean_tokens,
             "journal" => &mut g.journal,
             "hand_over" => &mut g.hand_over,
+            "recovery_fails_over" => &mut g.recovery_fails_over,
             _ => return None,
         };
         *guard = false;
@@ -156,6 +165,7 @@ impl Guards {
         clean_tokens: true,
         journal: true,
         hand_over: false,
+        recovery_fails_over: false,
     };
 }
 
@@ -191,6 +201,14 @@ pub struct Protocol {
     pub replays: u8,
     /// How many times a cleaner may die after sending `/clean`.
     pub cleaner_deaths: u8,
+    /// How many times a node marked down may answer its health checks
+    /// again and be recovered (wiped and brought back up).
+    pub recoveries: u8,
+    /// Whether a `/clean` whose timer fired may still reach its node after
+    /// the node was recovered (a network that delivers it that late, or a
+    /// proxy that holds it): an assumption on nodes, off in every check
+    /// but the one that shows what it costs.
+    pub late_clean: bool,
     /// How many nodes fence (from node 0): they refuse a press older than
     /// their last clean, and their archive rows carry the clean's token.
     /// The rest speak the task's API only. 1 by default.
@@ -434,6 +452,7 @@ pub struct State {
     pub lapses: u8,
     pub deadlines: u8,
     pub cleaner_deaths: u8,
+    pub recoveries: u8,
     /// The clean script that may yet run again, and how many did.
     pub replay: Option<Replay>,
     pub replays: u8,
@@ -511,6 +530,12 @@ pub enum Action {
     /// A node restarts (kill -9 and start): its counts are gone, and the
     /// fencing node's floor with them.
     NodeRestarts { node: u8 },
+    /// `NodeRegistry::recover`: a node marked down answers its health
+    /// checks again. Its wipe's fence waits for every live replica's gate;
+    /// then its counts are forgotten (`/clean archive=false` under a token
+    /// of its own, which fences out older ones) and it is up again, a
+    /// clean of it recorded by every replica that honoured the fence.
+    NodeRecovers { node: u8 },
     /// A replica is killed (kill -9): its presses end unanswered (their
     /// clients see the connection reset), its gates go with it; what it
     /// sent is still on the wire. The fence stops waiting for it.
@@ -810,6 +835,7 @@ impl Model for Protocol {
             replay: None,
             replays: 0,
             cleaner_deaths: 0,
+            recoveries: 0,
             presses: Vec::new(),
             truth: 0,
             taken_down_answering: false,
@@ -949,6 +975,33 @@ impl Model for Protocol {
                         || s.to_rebuild[node as usize]
                     {
                         actions.push(Action::RaiseFence { node });
+                    }
+                }
+                if s.recoveries < self.recoveries && !s.rebuilding {
+                    for node in 0..NODES as u8 {
+                        let n = node as usize;
+                        let mapped_here = matches!(s.mapping, Some((m, _)) if m == node);
+                        // Its failover, under the same lock, first.
+                        let moved_off = !mapped_here || !self.guards.recovery_fails_over;
+                        let gates_clear = (0..REPLICAS).all(|r| {
+                            s.dead[r]
+                                || s.given_up[r]
+                                || !self.guards.gate
+                                || s.replicas[r].in_gate[n] == 0
+                        });
+                        // An assumption on the node, not a step of ours: a
+                        // `/clean` it received before it was declared down
+                        // (its clean's timer fired) is over at the node
+                        // before it answers its health checks again (the
+                        // gap: model.md, "Recovery").
+                        let no_stale_clean = self.late_clean
+                            || !s
+                                .net
+                                .iter()
+                                .any(|m| matches!(m, Msg::Clean { node: to, .. } if *to == node));
+                        if s.down[n] && moved_off && gates_clear && no_stale_clean {
+                            actions.push(Action::NodeRecovers { node });
+                        }
                     }
                 }
             }
@@ -1419,6 +1472,34 @@ impl Model for Protocol {
                 s.floor[n] = 0;
                 s.restarts += 1;
             }
+            Action::NodeRecovers { node } => {
+                let n = node as usize;
+                s.replay = None;
+                let heard: [bool; REPLICAS] = std::array::from_fn(|r| !s.dead[r] && !s.given_up[r]);
+                // Out of the guard, the wipe's own unmap (it waited for
+                // every live replica, and hands nothing over).
+                s.acked = heard;
+                s.fail_over(node, g.clean_tokens, true);
+                s.acked = [false; REPLICAS];
+                // The wipe's token: nothing archives under it; it fences
+                // out every older one. The node's counts are lost, not
+                // undone (the truth stays); none is of the session's
+                // placement, which left the node first.
+                revoke_all(&mut s);
+                s.tokens.push(Token::Completed);
+                let token = s.tokens.len() as u8;
+                s.epoch[n] = token;
+                s.floor[n] = s.floor[n].max(token);
+                s.count[n] = 0;
+                s.down[n] = false;
+                for (replica, heard) in s.replicas.iter_mut().zip(heard) {
+                    if heard {
+                        replica.mark += 1;
+                        replica.cleaned_at[n] = replica.mark;
+                    }
+                }
+                s.recoveries += 1;
+            }
             Action::ReplicaDies { replica } => {
                 let r = replica as usize;
                 s.forgot_shown |= s.life_shown[r] > 0;
@@ -1564,6 +1645,7 @@ impl Protocol {
                 action,
                 Action::ClientPress { .. }
                     | Action::NodeRestarts { .. }
+                    | Action::NodeRecovers { .. }
                     | Action::ReplicaDies { .. }
                     | Action::LeaseLapses { .. }
                     | Action::WaitRunsOut { .. }
@@ -1649,6 +1731,8 @@ mod tests {
             replays: 0,
             fencing: 1,
             cleaner_deaths: 0,
+            recoveries: 0,
+            late_clean: false,
         };
         let mut s = protocol.init_states().remove(0);
         s.presses.push(Press {

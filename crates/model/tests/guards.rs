@@ -21,6 +21,8 @@ fn bounds(guards: Guards, presses: u8) -> Protocol {
         deadlines: 0,
         replays: 0,
         cleaner_deaths: 0,
+        recoveries: 0,
+        late_clean: false,
         fencing: 1,
     }
 }
@@ -74,6 +76,8 @@ fn with_faults_together(guards: Guards) -> Protocol {
         deadlines: 0,
         replays: 0,
         cleaner_deaths: 0,
+        recoveries: 0,
+        late_clean: false,
         fencing: 1,
     }
 }
@@ -176,10 +180,13 @@ fn others_giving_up_on_a_replica_before_it_lapses_repeats_an_answer() {
         },
         2,
     ));
-    assert!(
-        broken(&report).contains(&"no answer repeats another but for a failover or a restart"),
-        "{:?}",
-        broken(&report)
+    assert_eq!(
+        broken(&report),
+        [
+            "an answer skips only clicks whose outcome was not shown",
+            "no answer is above the truth",
+            "no answer repeats another but for a failover or a restart"
+        ]
     );
 }
 
@@ -192,10 +199,13 @@ fn an_answer_read_after_a_lease_lapse_repeats_one_shown_since_a_failover() {
         },
         2,
     ));
-    assert!(
-        broken(&report).contains(&"no answer repeats another but for a failover or a restart"),
-        "{:?}",
-        broken(&report)
+    assert_eq!(
+        broken(&report),
+        [
+            "an answer skips only clicks whose outcome was not shown",
+            "no answer is above the truth",
+            "no answer repeats another but for a failover or a restart"
+        ]
     );
 }
 
@@ -208,10 +218,13 @@ fn unnoticed_a_redis_back_on_an_older_snapshot_restarts_a_session_and_repeats_an
         },
         2,
     ));
-    assert!(
-        broken(&report).contains(&"no answer repeats another but for a failover or a restart"),
-        "{:?}",
-        broken(&report)
+    assert_eq!(
+        broken(&report),
+        [
+            "an answer skips only clicks whose outcome was not shown",
+            "no answer is above the truth",
+            "no answer repeats another but for a failover or a restart"
+        ]
     );
 }
 
@@ -408,5 +421,61 @@ fn without_the_hand_over_a_failover_loses_the_clicks_the_replicas_showed() {
     assert_eq!(
         broken(&without("hand_over")),
         ["a failover loses no click shown by a replica it heard from"]
+    );
+}
+
+/// A node marked down that answers its health checks again is recovered:
+/// failed over first (with the hand-over), then wiped and brought back up,
+/// where new sessions may be placed again.
+fn with_a_recovery(guards: Guards, presses: u8) -> Protocol {
+    Protocol {
+        recoveries: 1,
+        ..bounds(guards, presses)
+    }
+}
+
+#[test]
+fn every_property_holds_when_a_failed_node_recovers() {
+    let report = check(with_a_recovery(Guards::ALL, 2));
+    assert!(report.passed(), "{:#?}", report.counterexamples);
+    assert!(report.states > 1_000_000, "{} states", report.states);
+}
+
+/// A recovery that wipes a node its failover has not moved off yet (alive
+/// all along, or restarted at once) unmaps its sessions from their last
+/// archive: the clicks the replicas showed since are lost, as without the
+/// hand-over (the CI run where a task-API node's port answered again).
+#[test]
+fn a_recovery_that_wipes_before_the_failover_loses_the_clicks_the_replicas_showed() {
+    let report = check(Protocol {
+        cleans: 0,
+        restarts: 0,
+        ..with_a_recovery(Guards::ALL.without("recovery_fails_over").unwrap(), 2)
+    });
+    assert_eq!(
+        broken(&report),
+        ["a failover loses no click shown by a replica it heard from"]
+    );
+}
+
+/// What the recovery assumes of a node, shown: a `/clean` whose timer
+/// fired (the node declared down, failed over) that reaches the node only
+/// after its recovery forgets the counts of a session placed there since.
+/// No step of ours can order it for a node that stamps no token; the
+/// model takes such a clean as over at the node before it answers its
+/// health checks again (model.md, "Recovery").
+#[test]
+fn a_clean_that_reaches_its_node_after_its_recovery_repeats_an_answer() {
+    let report = check(Protocol {
+        late_clean: true,
+        ..with_a_recovery(Guards::ALL, 2)
+    });
+    assert_eq!(
+        broken(&report),
+        [
+            "an answer skips only clicks whose outcome was not shown",
+            "no answer is above the truth",
+            "no answer repeats another but for a failover or a restart"
+        ]
     );
 }

@@ -126,10 +126,17 @@ impl NodeCleaner {
         Ok(moved)
     }
 
-    /// Recovery of a down node: under the fence, unmap its sessions (they
-    /// restore from the archive) and wipe it with `/clean archive=false`.
+    /// Recovery of a down node: its sessions leave through its failover
+    /// first, then, under a fence of its own, it is wiped with `/clean
+    /// archive=false`.
     pub async fn wipe(&self, lock: &NodeLock) -> Result<Wiped, CleanError> {
         let addr = lock.node();
+        // A node that answers its health checks before its failover ran
+        // (alive all along, or restarted at once) still holds its
+        // sessions: they move as a failed node's do, with what the
+        // replicas showed of them, never from their last archive alone
+        // (model.md: `recovery_fails_over`).
+        let moved = self.fail_over_locked(lock).await?;
         let fence = self.raise_and_wait(lock, FenceReason::Clean).await?;
         let result = async {
             // The wipe archives nothing: its token only fences the node.
@@ -138,7 +145,9 @@ impl NodeCleaner {
             // later operation, whose token is newer.
             let token = self.archive.wipe_token().await?;
             self.fence_out(lock, token).await?;
-            let dropped = self.store.sessions.unmap_node(lock.lock(), addr).await?;
+            // Nothing is mapped to it now (it is closed to new sessions):
+            // this drops strays and zeroes its count.
+            let strays = self.store.sessions.unmap_node(lock.lock(), addr).await?;
             lock.lock().check_held(&self.store.locks).await?;
             let selective = self
                 .client
@@ -150,7 +159,7 @@ impl NodeCleaner {
                 })?;
             self.store.nodes.set_node_epoch(addr, token as u64).await?;
             Ok(Wiped {
-                dropped: dropped.len(),
+                moved: moved + strays.len(),
                 selective,
             })
         }

@@ -80,8 +80,8 @@ pub struct CleanReport {
 /// What a wipe did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Wiped {
-    /// Sessions unmapped (they restore from the archive).
-    pub dropped: usize,
+    /// Sessions moved off it (they go on elsewhere).
+    pub moved: usize,
     /// Whether the node showed it cleans selectively.
     pub selective: bool,
 }

@@ -1,6 +1,6 @@
 //! `cargo run -p model --release --bin check-model [presses cleans restarts
-//! rollbacks crashes lapses deadlines outstanding replays fencing cleaner_deaths]` (3 1 1
-//! 0 0 0 0 2 0 1 0 by default: fencing is how many of the two nodes fence): checks the protocol
+//! rollbacks crashes lapses deadlines outstanding replays fencing cleaner_deaths
+//! recoveries]` (3 1 1 0 0 0 0 2 0 1 0 0 by default: fencing is how many of the two nodes fence): checks the protocol
 //! with every guard in, then with each guard taken out, and prints what
 //! each check found: its states, and the shortest trace that breaks each
 //! property broken. `GUARDS=all` checks only with every guard in,
@@ -31,7 +31,7 @@ fn main() {
     let (presses, cleans, restarts) = (arg(1, 3), arg(2, 1), arg(3, 1));
     let (rollbacks, crashes, lapses) = (arg(4, 0), arg(5, 0), arg(6, 0));
     let (deadlines, outstanding, replays) = (arg(7, 0), arg(8, 2), arg(9, 0));
-    let (fencing, cleaner_deaths) = (arg(10, 1), arg(11, 0));
+    let (fencing, cleaner_deaths, recoveries) = (arg(10, 1), arg(11, 0), arg(12, 0));
     // GUARDS=all: every guard only; GUARDS=<guard>: every guard, and
     // without that one. TAKEN_OUT, above.
     let only = std::env::var("GUARDS").unwrap_or_default();
@@ -51,6 +51,9 @@ fn main() {
             replays,
             fencing,
             cleaner_deaths,
+            recoveries,
+            // LATE_CLEAN=1: a /clean may reach its node after its recovery.
+            late_clean: std::env::var("LATE_CLEAN").is_ok_and(|v| v == "1"),
         });
         println!(
             "{name}: {} states in {:.1?}",
