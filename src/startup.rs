@@ -56,6 +56,9 @@ impl Application {
     pub async fn build_with_clock(config: Config, clock: Clock) -> anyhow::Result<Self> {
         config.check_order()?;
         let admin_token = admin_token(&config)?;
+        // Read before anything is connected: a malformed `NODES` stops the
+        // start having written nothing.
+        let nodes = initial_nodes(&config)?;
         let (store, archive) = connect(&config).await?;
         let client = node_client(&config)?;
         let table = Arc::new(NodeTable::new(config.node_max_in_flight));
@@ -121,7 +124,7 @@ impl Application {
             press_history: Arc::new(PressHistory::new(table)),
         });
         check_at_start(&registry, &fences, &rebuilder).await?;
-        let pending_nodes = register_nodes(&admin, initial_nodes(&config)?).await;
+        let pending_nodes = register_nodes(&admin, nodes).await;
         let health = HealthChecker::new(
             registry,
             client,

@@ -9,12 +9,24 @@ use common::{spawn_app_with, test_config, unique, TcpProxy, TestNode};
 async fn a_malformed_address_in_nodes_stops_the_start_with_its_name() {
     let mut config = test_config();
     config.nodes = vec!["http://127.0.0.1:9".into(), "node1:8080".into()];
+    let prefix = config.redis_key_prefix.clone();
     common::ensure_database().await;
     let error = nodes_control::Application::build(config)
         .await
         .err()
         .expect("refused");
     assert!(format!("{error:#}").contains("node1:8080"), "{error:#}");
+    let mut redis = redis::Client::open(common::redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let written: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert!(written.is_empty(), "refused, yet it wrote {written:?}");
 }
 
 #[tokio::test]

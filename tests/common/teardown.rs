@@ -113,32 +113,7 @@ async fn tombstone(server: &str, prefix: &str) -> redis::RedisResult<()> {
         .await
 }
 
-/// Every key under `prefix` on one server, one `UNLINK` each (on a cluster
-/// a command stays in one slot).
+/// Every key under `prefix` on `server` but the tombstone.
 async fn unlink_prefix(server: &str, prefix: &str) -> redis::RedisResult<()> {
-    let client = redis::Client::open(server)?;
-    let mut conn = client.get_multiplexed_async_connection().await?;
-    let mut cursor = 0u64;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{prefix}*"))
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
-            .await?;
-        let mut pipe = redis::pipe();
-        for key in keys.iter().filter(|k| !k.ends_with("{ctl}layout")) {
-            pipe.cmd("UNLINK").arg(key).ignore();
-        }
-        if !keys.is_empty() {
-            // A replica refuses (READONLY); its primary is scanned too.
-            let _ = pipe.query_async::<()>(&mut conn).await;
-        }
-        if next == 0 {
-            return Ok(());
-        }
-        cursor = next;
-    }
+    testkit::unlink_prefix(server, prefix, |key| !key.ends_with("{ctl}layout")).await
 }

@@ -18,7 +18,25 @@ async fn start_nodes(prefix: &str, n: usize) -> Vec<String> {
         .collect()
 }
 
-async fn start_balancer(strategy: StrategyKind, nodes: &[String]) -> String {
+/// A balancer of this test's own (its own key prefix), stopped and its
+/// keys removed by [`Balancer::stop`].
+struct Balancer {
+    url: String,
+    prefix: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+    running: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Balancer {
+    /// Shuts it down, then removes what it kept in Redis.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.running.await;
+        let _ = testkit::unlink_prefix(&testkit::redis_url(), &self.prefix, |_| true).await;
+    }
+}
+
+async fn start_balancer(strategy: StrategyKind, nodes: &[String]) -> Balancer {
     testkit::ensure_database().await;
     let mut config = Config::new(
         &testkit::database_url(),
@@ -28,10 +46,19 @@ async fn start_balancer(strategy: StrategyKind, nodes: &[String]) -> String {
     config.redis_key_prefix = format!("loadgen-test-{}:", uuid::Uuid::new_v4().simple());
     config.strategy = strategy;
     config.nodes = nodes.to_vec();
+    let prefix = config.redis_key_prefix.clone();
     let app = Application::build(config).await.unwrap();
-    let address = format!("http://127.0.0.1:{}", app.port());
-    tokio::spawn(app.run_until_stopped(std::future::pending()));
-    address
+    let url = format!("http://127.0.0.1:{}", app.port());
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let running = tokio::spawn(app.run_until_stopped(async {
+        let _ = stopped.await;
+    }));
+    Balancer {
+        url,
+        prefix,
+        stop,
+        running,
+    }
 }
 
 fn options(url: &str, label: &str, out_dir: &Path) -> AgentsOptions {
@@ -66,7 +93,8 @@ async fn agents_through_rr_is_even_and_through_ch_fully_sticky_with_charts() {
     let out = std::env::temp_dir().join(format!("loadgen-e2e-{}", uuid::Uuid::new_v4().simple()));
 
     let rr = start_balancer(StrategyKind::RoundRobin, &nodes).await;
-    let outputs = agents::run(&options(&rr, "rr", &out)).await.unwrap();
+    let outputs = agents::run(&options(&rr.url, "rr", &out)).await.unwrap();
+    rr.stop().await;
     let report = &outputs.report;
     assert_eq!((report.requests, report.ok, report.errors), (300, 300, 0));
     assert_eq!(report.nodes.len(), 3, "{:?}", report.nodes);
@@ -77,7 +105,11 @@ async fn agents_through_rr_is_even_and_through_ch_fully_sticky_with_charts() {
     );
 
     let ch = start_balancer(StrategyKind::ConsistentHash, &nodes).await;
-    let report = agents::run(&options(&ch, "ch", &out)).await.unwrap().report;
+    let report = agents::run(&options(&ch.url, "ch", &out))
+        .await
+        .unwrap()
+        .report;
+    ch.stop().await;
     assert_eq!(report.errors, 0);
     assert_eq!(
         report.stickiness, 1.0,
@@ -142,13 +174,13 @@ async fn an_unreachable_balancer_is_reported_and_the_run_still_writes_its_files(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_scenario_checks_counts_and_stickiness() {
     let nodes = start_nodes("s", 2).await;
-    let url = start_balancer(StrategyKind::RoundRobin, &nodes).await;
+    let balancer = start_balancer(StrategyKind::RoundRobin, &nodes).await;
     let out = std::env::temp_dir().join(format!(
         "loadgen-sessions-{}",
         uuid::Uuid::new_v4().simple()
     ));
     let opts = loadgen::sessions::SessionsOptions {
-        url,
+        url: balancer.url.clone(),
         sessions: 20,
         presses: 5,
         concurrency: 8,
@@ -157,6 +189,7 @@ async fn sessions_scenario_checks_counts_and_stickiness() {
         timeout: Duration::from_secs(10),
     };
     let report = loadgen::sessions::run(&opts).await.unwrap().report;
+    balancer.stop().await;
     let check = report.session_check.unwrap();
     assert_eq!(
         (

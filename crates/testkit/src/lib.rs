@@ -10,6 +10,41 @@ use std::sync::Arc;
 
 use tokio::sync::OnceCell;
 
+/// The keys under `prefix` on one server that `doomed` picks, one `UNLINK`
+/// each (on a cluster a command stays in one slot): what a test's
+/// balancer left.
+pub async fn unlink_prefix(
+    server: &str,
+    prefix: &str,
+    doomed: impl Fn(&str) -> bool,
+) -> redis::RedisResult<()> {
+    let client = redis::Client::open(server)?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let mut cursor = 0u64;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await?;
+        let mut pipe = redis::pipe();
+        for key in keys.iter().filter(|k| doomed(k)) {
+            pipe.cmd("UNLINK").arg(key).ignore();
+        }
+        if !keys.is_empty() {
+            // A replica refuses (READONLY); its primary is scanned too.
+            let _ = pipe.query_async::<()>(&mut conn).await;
+        }
+        if next == 0 {
+            return Ok(());
+        }
+        cursor = next;
+    }
+}
+
 /// The Redis the tests use (`REDIS_URL`, else 127.0.0.1:6379).
 pub fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
