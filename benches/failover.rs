@@ -64,26 +64,11 @@ async fn one_failover(sessions: usize, hand_over: bool) -> (f64, usize) {
     let ms = started.elapsed().as_secs_f64() * 1000.0;
     stop.cancel();
     let _ = serving.await;
-    delete_prefix(&prefix).await;
-    (ms, moved)
-}
-
-/// Deletes this run's keys (a single Redis).
-async fn delete_prefix(prefix: &str) {
-    let client = redis::Client::open(testkit::redis_url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}*"))
-        .query_async(&mut conn)
+    // This run's keys (a single Redis).
+    testkit::unlink_prefix(&testkit::redis_url(), &prefix, |_| true)
         .await
         .unwrap();
-    for chunk in keys.chunks(1_000) {
-        let _: () = redis::cmd("UNLINK")
-            .arg(chunk)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-    }
+    (ms, moved)
 }
 
 /// Resident memory of this process, in bytes (Linux).

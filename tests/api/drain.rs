@@ -245,16 +245,7 @@ async fn a_drain_of_an_unknown_or_down_node_or_with_a_bad_deadline_is_refused() 
         (400, Some("invalid_deadline")),
         "{body}"
     );
-    let entry = app.ctx.admin.registry().table().get(&node.address).unwrap();
-    app.ctx
-        .admin
-        .registry()
-        .mark_down(
-            &entry,
-            nodes_control::archive::events::Actor::HealthCheck,
-            "test",
-        )
-        .await;
+    app.mark_down(&node.address).await;
     let (status, body) = app
         .node_command(json!({ "action": "drain", "address": node.address }))
         .await;

@@ -194,16 +194,7 @@ async fn a_node_that_comes_back_is_wiped_before_it_takes_sessions_again() {
     assert!(n1.node.session_count().await > 0);
     // The node "failed" (as a timeout would make it) but is alive, holding
     // counts that are stale now.
-    let entry = app.ctx.admin.registry().table().get(&n1.address).unwrap();
-    app.ctx
-        .admin
-        .registry()
-        .mark_down(
-            &entry,
-            nodes_control::archive::events::Actor::HealthCheck,
-            "a test says so",
-        )
-        .await;
+    app.mark_down(&n1.address).await;
     for i in 0..10 {
         let answer = app.press(&format!("{tag}-{i}")).await;
         assert_eq!(answer.status, 200);
@@ -245,16 +236,7 @@ async fn a_node_recovered_before_its_failover_ran_loses_no_click_a_user_was_show
     }
     let n1 = &nodes[0];
     assert!(n1.node.session_count().await > 0, "n1 holds sessions");
-    let entry = app.ctx.admin.registry().table().get(&n1.address).unwrap();
-    app.ctx
-        .admin
-        .registry()
-        .mark_down(
-            &entry,
-            nodes_control::archive::events::Actor::HealthCheck,
-            "a test says so",
-        )
-        .await;
+    app.mark_down(&n1.address).await;
     // Down in Redis now; up again only through a recovery.
     eventually(Duration::from_secs(10), "n1 recovered", || async {
         let n1_state = app
@@ -533,17 +515,8 @@ async fn a_health_read_that_fails_during_a_recovery_never_switches_fencing_off()
         (node["state"].clone(), node["offers"]["fencing"].clone())
     };
     assert_eq!(flaky().await.1, true, "a reference node offers fencing");
-    let entry = app.ctx.admin.registry().table().get(&address).unwrap();
     armed.store(true, Ordering::SeqCst);
-    app.ctx
-        .admin
-        .registry()
-        .mark_down(
-            &entry,
-            nodes_control::archive::events::Actor::HealthCheck,
-            "a test says so",
-        )
-        .await;
+    app.mark_down(&address).await;
     eventually(Duration::from_secs(10), "flaky back up", || async {
         let (state, _) = flaky().await;
         holds(state == "up", || state)

@@ -10,23 +10,16 @@ use common::{spawn_cluster, unique};
 /// a cluster).
 async fn lasting_keys(prefix: &str) -> Vec<String> {
     let mut lasting = Vec::new();
-    for server in testkit::redis_servers() {
+    for (server, key) in testkit::keys_under(prefix).await {
         let client = redis::Client::open(server).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{prefix}*"))
+        let ttl: i64 = redis::cmd("TTL")
+            .arg(&key)
             .query_async(&mut conn)
             .await
             .unwrap();
-        for key in keys {
-            let ttl: i64 = redis::cmd("TTL")
-                .arg(&key)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            if ttl < 0 {
-                lasting.push(key);
-            }
+        if ttl < 0 {
+            lasting.push(key);
         }
     }
     lasting

@@ -16,21 +16,7 @@ async fn a_malformed_address_in_nodes_stops_the_start_with_its_name() {
         .err()
         .expect("refused");
     assert!(format!("{error:#}").contains("node1:8080"), "{error:#}");
-    // Every server: on a Redis Cluster the keys would be spread over them.
-    let mut written: Vec<String> = Vec::new();
-    for server in testkit::redis_servers() {
-        let mut redis = redis::Client::open(server)
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{prefix}*"))
-            .query_async(&mut redis)
-            .await
-            .unwrap();
-        written.extend(keys);
-    }
+    let written = testkit::keys_under(&prefix).await;
     assert!(written.is_empty(), "refused, yet it wrote {written:?}");
 }
 

@@ -221,6 +221,20 @@ impl TestApp {
         }
     }
 
+    /// Marks the node at `address` down, as a failed health check would,
+    /// and nothing more (no failover is started).
+    pub async fn mark_down(&self, address: &str) {
+        let registry = self.ctx.admin.registry();
+        let entry = registry.table().get(address).expect("a node of this app");
+        registry
+            .mark_down(
+                &entry,
+                nodes_control::archive::events::Actor::HealthCheck,
+                "a test says so",
+            )
+            .await;
+    }
+
     pub async fn nodes(&self) -> Vec<Value> {
         serde_json::from_value(self.admin_get("/nodes").await).unwrap()
     }

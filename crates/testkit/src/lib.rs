@@ -10,6 +10,23 @@ use std::sync::Arc;
 
 use tokio::sync::OnceCell;
 
+/// Every key under `prefix`, on every server of the tests' Redis (a
+/// cluster's keys are spread over its primaries).
+pub async fn keys_under(prefix: &str) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for server in redis_servers() {
+        let client = redis::Client::open(server.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}*"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        found.extend(keys.into_iter().map(|key| (server.clone(), key)));
+    }
+    found
+}
+
 /// The keys under `prefix` on one server that `doomed` picks, one `UNLINK`
 /// each (on a cluster a command stays in one slot): what a test's
 /// balancer left.
