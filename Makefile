@@ -1,6 +1,6 @@
 # Common runs. `make up` is the docker compose stack without Docker;
 # `make help` lists every target with the line that says what it does.
-.PHONY: help up down node test test-cluster e2e lint fmt mutants bench-sweep bench-press bench-slow bench-capacity agents sessions compare
+.PHONY: help up down node test test-cluster e2e lint fmt mutants bench-sweep bench-press bench-latency bench-slow bench-capacity agents sessions compare
 .DEFAULT_GOAL := help
 
 ## help: this list
@@ -63,6 +63,14 @@ bench-sweep:
 ## bench-press: presses beside nginx and HAProxy over the same nodes (CONNS=, NEW_SESSIONS=1)
 bench-press:
 	bash bench/press-vs-peers.sh
+
+# Latency under a fixed offered rate (open loop, coordinated omission
+# corrected) of nginx, HAProxy and nodes-control over the same nodes,
+# interleaved; draws docs/results/latency-vs-rate.png (knobs: RATES,
+# DURATION, CONNS; see bench/latency-vs-rate.sh).
+## bench-latency: latency-versus-rate curve beside nginx and HAProxy (open loop)
+bench-latency:
+	bash bench/latency-vs-rate.sh
 
 # Slow nodes at full speed: /process of 50-150 ms nodes, directly and
 # through nodes-control; p99 difference and connections held (needs wrk,

@@ -1,6 +1,10 @@
 # Helpers shared by the bench scripts (sourced; the caller sets WORK, a
-# scratch directory, PIN, split or none, NODE, the click-node binary, and
-# DB, the nodes' DATABASE_URL).
+# scratch directory, PIN, split or none, NODE, the click-node binary, DB,
+# the nodes' DATABASE_URL, and NC, the nodes-control binary). The three
+# balancers, each on the nodes of the last start_nodes (NODE_PORTS):
+#   nginx:          hash $http_x_session_id consistent, keep-alive upstreams
+#   haproxy:        stick table on X-Session-Id, keep-alive upstreams
+#   nodes-control:  its own Redis, Postgres at DB
 PIDS=()
 
 on_cpu() { # cpu command... : runs pinned unless PIN=none
@@ -53,4 +57,71 @@ start_nodes() { # -> NODE_PORTS
     NODE_PORTS+=("$port")
   done
   for port in "${NODE_PORTS[@]}"; do wait_port "$port"; done
+}
+
+start_nginx() { # port
+  local servers="" p
+  for p in "${NODE_PORTS[@]}"; do servers+="    server 127.0.0.1:$p;"$'\n'; done
+  mkdir -p "$WORK/nginx/logs"
+  cat >"$WORK/nginx/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  upstream nodes {
+    hash \$http_x_session_id consistent;
+$servers    keepalive 128;
+  }
+  server {
+    listen 127.0.0.1:$1;
+    location / {
+      proxy_pass http://nodes;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+EOF
+  start nginx 1 nginx -c "$WORK/nginx/nginx.conf" -p "$WORK/nginx"
+}
+
+start_haproxy() { # port
+  local servers="" i=0 p
+  for p in "${NODE_PORTS[@]}"; do i=$((i + 1)); servers+="  server n$i 127.0.0.1:$p"$'\n'; done
+  cat >"$WORK/haproxy.cfg" <<EOF
+global
+  nbthread 1
+  maxconn 4000
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+  option http-keep-alive
+frontend presses
+  bind 127.0.0.1:$1
+  default_backend nodes
+backend nodes
+  balance leastconn
+  stick-table type string len 128 size 200k expire 30m
+  stick on req.hdr(X-Session-Id)
+  http-reuse always
+$servers
+EOF
+  start haproxy 1 haproxy -f "$WORK/haproxy.cfg"
+}
+
+start_nodes_control() { # port [binary]
+  local redis nodes="" p bin=${2:-$NC}
+  redis=$(free_port)
+  start redis 1 redis-server --bind 127.0.0.1 --port "$redis" --save '' --appendonly no
+  wait_port "$redis"
+  for p in "${NODE_PORTS[@]}"; do nodes+="${nodes:+,}http://127.0.0.1:$p"; done
+  # shellcheck disable=SC2086
+  start nodes-control 1 env LISTEN_ADDR="127.0.0.1:$1" NODES="$nodes" ADMIN_TOKEN=bench \
+    REDIS_URL="redis://127.0.0.1:$redis" REDIS_KEY_PREFIX="bench:$$-$RANDOM:" DATABASE_URL="$DB" \
+    RUST_LOG=warn ${NC_ENV:-} "$bin"
 }

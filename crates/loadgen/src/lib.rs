@@ -2,10 +2,13 @@
 //! scenarios (`agents`, `sessions`, `compare`) measure, then every run writes
 //! `<label>.json`, `<label>.md`, `distribution_<label>.png` and
 //! `latency_<label>.png` into its output folder.
+//! `rate` presses open-loop at a fixed rate and prints one point of a
+//! latency-versus-rate curve, which `rate-curve` draws.
 
 pub mod agents;
 pub mod compare;
 pub mod plot;
+pub mod rate;
 pub mod report;
 pub mod sessions;
 pub mod stats;

@@ -2,9 +2,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use loadgen::agents::AgentsOptions;
 use loadgen::compare::CompareOptions;
+use loadgen::rate::{RateOptions, RatePoint};
 use loadgen::sessions::SessionsOptions;
 
 #[derive(Parser)]
@@ -26,6 +28,11 @@ enum Scenario {
     Sessions(SessionsArgs),
     /// `agents` once per strategy, one comparison table.
     Compare(CompareArgs),
+    /// POST /press open-loop at a fixed rate (as wrk2): one JSON line of
+    /// latency percentiles counted from each press's intended send time.
+    Rate(RateArgs),
+    /// The latency-versus-rate chart (PNG) and table of `rate` lines.
+    RateCurve(RateCurveArgs),
 }
 
 #[derive(Args, Clone)]
@@ -115,6 +122,95 @@ struct CompareArgs {
     seed: u64,
 }
 
+#[derive(Args)]
+struct RateArgs {
+    /// The balancer.
+    #[arg(long, env = "LOADGEN_URL", default_value = "http://127.0.0.1:8000")]
+    url: String,
+    /// Presses offered per second.
+    #[arg(long)]
+    rate: f64,
+    /// Seconds of presses at that rate.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Keep-alive connections the presses share.
+    #[arg(long, default_value_t = 64)]
+    connections: usize,
+    /// Session ids pressed in turn.
+    #[arg(long, default_value_t = 10_000)]
+    sessions: usize,
+    /// Session ids are `<prefix><n>` (default: a fresh one per run).
+    #[arg(long)]
+    prefix: Option<String>,
+    /// Press every id once (closed loop, not measured) before the run.
+    #[arg(long)]
+    warm_up: bool,
+    /// A press not answered in this many ms counts as an error.
+    #[arg(long, default_value_t = 5_000)]
+    timeout_ms: u64,
+    /// Names the balancer in the output.
+    #[arg(long, default_value = "balancer")]
+    label: String,
+}
+
+#[derive(Args)]
+struct RateCurveArgs {
+    /// A file of `rate` output lines (JSON, one per point).
+    input: PathBuf,
+    /// The chart to write.
+    #[arg(long, default_value = "latency-vs-rate.png")]
+    out: PathBuf,
+}
+
+/// `host:port` of an `http://host:port` URL.
+fn address_of(url: &str) -> anyhow::Result<String> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| anyhow::anyhow!("{url}: only http:// URLs are pressed open-loop"))?;
+    Ok(rest.trim_end_matches('/').to_owned())
+}
+
+async fn rate(args: RateArgs) -> anyhow::Result<()> {
+    let opts = RateOptions {
+        addr: address_of(&args.url)?,
+        rate: args.rate,
+        duration: Duration::from_secs_f64(args.duration),
+        connections: args.connections,
+        sessions: args.sessions,
+        prefix: args.prefix.unwrap_or_else(|| {
+            format!("rate-{}-", &uuid::Uuid::new_v4().simple().to_string()[..8])
+        }),
+        timeout: Duration::from_millis(args.timeout_ms),
+        label: args.label,
+    };
+    if args.warm_up {
+        let failed = loadgen::rate::warm_up(&opts).await?;
+        anyhow::ensure!(
+            failed == 0,
+            "{failed} of {} warm-up presses failed",
+            opts.sessions
+        );
+    }
+    let point = loadgen::rate::run(&opts).await?;
+    println!("{}", serde_json::to_string(&point)?);
+    Ok(())
+}
+
+fn rate_curve(args: RateCurveArgs) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&args.input)
+        .with_context(|| format!("reading {}", args.input.display()))?;
+    let points = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(serde_json::from_str)
+        .collect::<Result<Vec<RatePoint>, _>>()
+        .with_context(|| format!("{}: not lines of `loadgen rate`", args.input.display()))?;
+    loadgen::plot::latency_vs_rate(&args.out, &points)?;
+    print!("{}", loadgen::rate::table(&points));
+    println!("wrote {}", args.out.display());
+    Ok(())
+}
+
 /// A strategy name `STRATEGY` accepts, refused at parse time otherwise.
 fn strategy_name(name: &str) -> Result<String, balancing::UnknownStrategy> {
     name.parse::<balancing::StrategyKind>()
@@ -146,6 +242,8 @@ async fn main() -> ExitCode {
     dotenvy::dotenv().ok();
     let cli = Cli::parse();
     let result = match cli.scenario {
+        Scenario::Rate(args) => return exit_code(rate(args).await),
+        Scenario::RateCurve(args) => return exit_code(rate_curve(args)),
         Scenario::Agents(a) => {
             let opts = agents_options(
                 &a.common,
@@ -225,6 +323,16 @@ async fn main() -> ExitCode {
                 None => ExitCode::SUCCESS,
             }
         }
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn exit_code(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::from(2)

@@ -411,6 +411,101 @@ fn bars(
     Ok(())
 }
 
+/// Dark enough to tell apart on white, one per balancer.
+const CURVE_COLOURS: [RGBColor; 5] = [
+    RGBColor(0, 114, 178),
+    RGBColor(213, 94, 0),
+    RGBColor(0, 158, 115),
+    RGBColor(204, 121, 167),
+    RGBColor(86, 86, 86),
+];
+
+/// The latency-versus-rate curve of an open-loop run: p50 (dashed) and p99
+/// (solid) of each balancer against the rate offered, latency on a log
+/// scale; a saturated point (the rate not carried) is drawn as a cross,
+/// and a balancer's lines stop at its first.
+pub fn latency_vs_rate(path: &Path, points: &[crate::rate::RatePoint]) -> anyhow::Result<()> {
+    register_font();
+    let root = BitMapBackend::new(path, PNG_SIZE).into_drawing_area();
+    root.fill(&WHITE).map_err(draw_error)?;
+    let mut labels: Vec<&str> = points.iter().map(|p| p.label.as_str()).collect();
+    labels.dedup();
+    labels.sort();
+    labels.dedup();
+    let x_max = points.iter().map(|p| p.offered_rps).fold(1.0, f64::max) * 1.05;
+    let lo = points
+        .iter()
+        .map(|p| p.p50_ms)
+        .fold(f64::INFINITY, f64::min);
+    let hi = points.iter().map(|p| p.p99_ms).fold(0.0, f64::max);
+    let (lo, hi) = ((lo * 0.7).max(0.01), (hi * 1.5).max(lo * 10.0).max(0.1));
+    let mut chart = ChartBuilder::on(&root)
+        .caption("Latency under a fixed offered rate (open loop)", (FONT, 24))
+        .margin(16)
+        .x_label_area_size(50)
+        .y_label_area_size(70)
+        .build_cartesian_2d(
+            0f64..x_max,
+            (lo..hi).log_scale().with_key_points(log_ticks(lo, hi)),
+        )
+        .map_err(draw_error)?;
+    chart
+        .configure_mesh()
+        .x_desc("presses offered per second")
+        .y_desc("latency from the intended send (ms, log scale)")
+        .x_label_formatter(&|x| format!("{:.0}k", x / 1000.0))
+        .y_label_formatter(&|y| short_ms(*y))
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 16))
+        .draw()
+        .map_err(draw_error)?;
+    for (i, label) in labels.iter().enumerate() {
+        let colour = CURVE_COLOURS[i % CURVE_COLOURS.len()];
+        let mut mine: Vec<&crate::rate::RatePoint> =
+            points.iter().filter(|p| p.label == *label).collect();
+        mine.sort_by(|a, b| a.offered_rps.total_cmp(&b.offered_rps));
+        let carried = mine.iter().take_while(|p| !p.saturated()).count();
+        let line = &mine[..(carried + 1).min(mine.len())];
+        let p99: Vec<(f64, f64)> = line
+            .iter()
+            .map(|p| (p.offered_rps, p.p99_ms.clamp(lo, hi)))
+            .collect();
+        let p50: Vec<(f64, f64)> = line
+            .iter()
+            .map(|p| (p.offered_rps, p.p50_ms.clamp(lo, hi)))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(p99.clone(), colour.stroke_width(3)))
+            .map_err(draw_error)?
+            .label(format!("{label} p99 (dashed: p50)"))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(3))
+            });
+        chart
+            .draw_series(DashedLineSeries::new(p50, 6, 4, colour.stroke_width(2)))
+            .map_err(draw_error)?;
+        chart
+            .draw_series(line.iter().zip(&p99).map(|(p, &at)| {
+                if p.saturated() {
+                    Cross::new(at, 7, colour.stroke_width(3)).into_dyn()
+                } else {
+                    Circle::new(at, 3, colour.filled()).into_dyn()
+                }
+            }))
+            .map_err(draw_error)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .label_font((FONT, 15))
+        .draw()
+        .map_err(draw_error)?;
+    root.present().map_err(draw_error)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
