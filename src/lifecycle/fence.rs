@@ -104,7 +104,7 @@ impl Lease {
 
     /// Renews from a contact that started at `sent` (polls are serialised:
     /// `FenceWatcher::polling`).
-    fn renew(&self, sent: std::time::Instant) {
+    pub(crate) fn renew(&self, sent: std::time::Instant) {
         let at = sent.duration_since(self.origin).as_millis() as u64 + 1;
         self.renewed
             .fetch_max(at, std::sync::atomic::Ordering::AcqRel);

@@ -15,9 +15,15 @@
 //! for that placement: when its node dies, the failover's fence asks for
 //! it ([`Shown`]) and archives it on the node's behalf (design.md,
 //! Failover), so a node's death loses no click a user was shown.
+//!
+//! An entry is 48 bytes beside its id (docs/benchmarks.md, "The mapping
+//! cache at 150 bytes a session"): the node is a number of this cache's
+//! own ([`NodeNames`]), not a copy of its address, and the mark is kept in
+//! 32 bits.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use dashmap::DashMap;
 
@@ -29,15 +35,31 @@ use crate::store::{HandedOver, Mapping};
 pub const MAX_ENTRIES: usize = 2_000_000;
 
 struct Cached {
-    mapping: Mapping,
-    /// The table's clean mark read before the mapping was.
-    mark: u64,
+    /// The node's number in [`NodeNames`].
+    node: u32,
+    /// The table's clean mark read before the mapping was. A mark past
+    /// `u32::MAX` (four billion cleans into this process's life) is not
+    /// cached: the session is read from Redis, as without a cache.
+    mark: u32,
+    base: i64,
+    expires_at_ms: i64,
     /// The highest total answered for this placement (0: none yet).
     shown: AtomicI64,
 }
 
+/// The addresses of the nodes cached entries name, each numbered once
+/// (numbers are never reused: a node removed and added again keeps its
+/// number). A handful of nodes against a million entries, so an entry
+/// keeps the number and not the address.
+#[derive(Default)]
+struct NodeNames {
+    names: Vec<Arc<str>>,
+    numbers: HashMap<Arc<str>, u32>,
+}
+
 pub struct MappingCache {
-    entries: DashMap<String, Cached>,
+    entries: DashMap<Box<str>, Cached>,
+    nodes: RwLock<NodeNames>,
     lease: Arc<Lease>,
 }
 
@@ -45,6 +67,7 @@ impl MappingCache {
     pub fn new(lease: Arc<Lease>) -> Self {
         Self {
             entries: DashMap::new(),
+            nodes: RwLock::default(),
             lease,
         }
     }
@@ -62,29 +85,42 @@ impl MappingCache {
             return None;
         }
         let cached = self.entries.get(id)?;
-        if cached.mapping.expires_at_ms <= now_ms {
+        if cached.expires_at_ms <= now_ms {
             return None;
         }
-        Some((cached.mapping.clone(), cached.mark))
+        let node = self.names().names.get(cached.node as usize)?.to_string();
+        let mapping = Mapping {
+            node,
+            base: cached.base,
+            expires_at_ms: cached.expires_at_ms,
+        };
+        Some((mapping, u64::from(cached.mark)))
     }
 
     /// Remembers a mapping read from Redis after the clean mark `mark`,
     /// keeping what was shown of the same placement (read again after a
     /// clean of its node, re-based or not).
     pub fn put(&self, id: &str, mapping: &Mapping, mark: u64) {
+        let Ok(mark) = u32::try_from(mark) else {
+            self.entries.remove(id);
+            return;
+        };
         if self.entries.len() >= MAX_ENTRIES && !self.entries.contains_key(id) {
             return;
         }
+        let node = self.number_of(&mapping.node);
         let shown = self
             .entries
             .get(id)
-            .filter(|cached| same_placement(&cached.mapping, mapping))
+            .filter(|cached| cached.node == node && cached.expires_at_ms == mapping.expires_at_ms)
             .map_or(0, |cached| cached.shown.load(Ordering::Relaxed));
         self.entries.insert(
-            id.to_owned(),
+            id.into(),
             Cached {
-                mapping: mapping.clone(),
+                node,
                 mark,
+                base: mapping.base,
+                expires_at_ms: mapping.expires_at_ms,
                 shown: AtomicI64::new(shown),
             },
         );
@@ -94,7 +130,7 @@ impl MappingCache {
     /// the placement cached and the highest answered for it.
     pub fn answered(&self, id: &str, mapping: &Mapping, total: i64) {
         if let Some(cached) = self.entries.get(id) {
-            if same_placement(&cached.mapping, mapping) {
+            if self.same_placement(&cached, mapping) {
                 cached.shown.fetch_max(total, Ordering::Relaxed);
             }
         }
@@ -110,8 +146,42 @@ impl MappingCache {
     pub fn purge_expired(&self, now_ms: i64) -> usize {
         let before = self.entries.len();
         self.entries
-            .retain(|_, cached| cached.mapping.expires_at_ms > now_ms);
+            .retain(|_, cached| cached.expires_at_ms > now_ms);
         before.saturating_sub(self.entries.len())
+    }
+
+    /// One placement of a session, whatever its base: a session placed anew
+    /// ends later (placements are a fence apart), a re-based one keeps its
+    /// end.
+    fn same_placement(&self, cached: &Cached, mapping: &Mapping) -> bool {
+        cached.expires_at_ms == mapping.expires_at_ms
+            && self
+                .names()
+                .names
+                .get(cached.node as usize)
+                .is_some_and(|name| **name == *mapping.node)
+    }
+
+    fn names(&self) -> RwLockReadGuard<'_, NodeNames> {
+        self.nodes.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The number of `node`, given it the first time it is seen.
+    fn number_of(&self, node: &str) -> u32 {
+        if let Some(&number) = self.names().numbers.get(node) {
+            return number;
+        }
+        let mut nodes = self.nodes.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(&number) = nodes.numbers.get(node) {
+            return number;
+        }
+        // Numbers count the distinct addresses this process has cached: a
+        // u32 of them is beyond any registry.
+        let number = nodes.names.len() as u32;
+        let name: Arc<str> = node.into();
+        nodes.names.push(name.clone());
+        nodes.numbers.insert(name, number);
+        number
     }
 }
 
@@ -119,25 +189,22 @@ impl Shown for MappingCache {
     /// Every session cached on `node` with a total answered. O(entries):
     /// run once per failover, never on the press path.
     fn shown_on(&self, node: &str) -> Vec<HandedOver> {
+        let Some(&number) = self.names().numbers.get(node) else {
+            return Vec::new();
+        };
         self.entries
             .iter()
-            .filter(|cached| cached.mapping.node == node)
+            .filter(|cached| cached.node == number)
             .filter_map(|cached| {
                 let total = cached.shown.load(Ordering::Relaxed);
                 (total > 0).then(|| HandedOver {
-                    session: cached.key().clone(),
-                    expires_at_ms: cached.mapping.expires_at_ms,
+                    session: cached.key().to_string(),
+                    expires_at_ms: cached.expires_at_ms,
                     total,
                 })
             })
             .collect()
     }
-}
-
-/// One placement of a session, whatever its base: a session placed anew
-/// ends later (placements are a fence apart), a re-based one keeps its end.
-fn same_placement(a: &Mapping, b: &Mapping) -> bool {
-    a.node == b.node && a.expires_at_ms == b.expires_at_ms
 }
 
 #[cfg(test)]
@@ -146,8 +213,11 @@ mod tests {
     use protocol::silence::Silence;
     use std::time::Duration;
 
+    /// A cache whose lease was just renewed (it serves mappings).
     fn cache() -> MappingCache {
-        MappingCache::new(Arc::new(Lease::new(Silence::new(Duration::from_secs(2)))))
+        let lease = Lease::new(Silence::new(Duration::from_secs(2)));
+        lease.renew(std::time::Instant::now());
+        MappingCache::new(Arc::new(lease))
     }
 
     fn mapping(node: &str, base: i64, expires_at_ms: i64) -> Mapping {
@@ -192,5 +262,28 @@ mod tests {
         // Placed anew: nothing shown of it yet.
         cache.put("s1", &mapping("http://a", 5, 2_000), 2);
         assert!(cache.shown_on("http://a").is_empty());
+    }
+
+    #[test]
+    fn a_mapping_comes_back_with_its_node_base_end_and_mark() {
+        let cache = cache();
+        cache.put("s1", &mapping("http://a", 3, 1_000), 7);
+        cache.put("s2", &mapping("http://b", 0, 2_000), 8);
+        cache.put("s3", &mapping("http://a", 1, 3_000), 9);
+        assert_eq!(cache.get("s1", 0), Some((mapping("http://a", 3, 1_000), 7)));
+        assert_eq!(cache.get("s2", 0), Some((mapping("http://b", 0, 2_000), 8)));
+        assert_eq!(cache.get("s3", 0), Some((mapping("http://a", 1, 3_000), 9)));
+        assert_eq!(cache.get("s2", 2_000), None, "expired");
+    }
+
+    #[test]
+    fn a_mark_past_32_bits_is_not_cached() {
+        let cache = cache();
+        let placed = mapping("http://a", 0, 1_000);
+        cache.put("s1", &placed, 1);
+        cache.put("s1", &placed, u64::from(u32::MAX) + 1);
+        assert_eq!(cache.get("s1", 0), None);
+        cache.put("s1", &placed, u64::from(u32::MAX));
+        assert_eq!(cache.get("s1", 0), Some((placed, u64::from(u32::MAX))));
     }
 }
