@@ -20,7 +20,8 @@
 # nodes-control), NEW_SESSIONS (1: a fourth contestant, nodes-control with
 # every press a new id, and its rate beside existing sessions), NC (the
 # nodes-control binary), NC_B (another build's binary: a contestant of its
-# own, nodes-control-b, to compare two builds side by side). Needs nginx,
+# own, nodes-control-b, to compare two builds side by side; with
+# NEW_SESSIONS=1 also nodes-control-b-new). Needs nginx,
 # haproxy, wrk, redis-server, curl, taskset.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -51,6 +52,10 @@ start_nodes_control_new() { # port: the same, pressed with new ids only
   start_nodes_control "$1"
 }
 
+start_nodes_control_b_new() { # port: NC_B, pressed with new ids only
+  start_nodes_control "$1" "$NC_B"
+}
+
 # CPU time (clock ticks) of every process of the sessions `start` began
 # (each is its own session: setsid), e.g. nginx's master and worker.
 cpu_ticks() { # session ids...
@@ -69,7 +74,7 @@ us_per() { # clock ticks, presses -> microseconds of CPU per press
 
 run_one() { # round balancer
   local round=$1 lb=$2 port a b c line new=0 nodes_sids lb_sids cpu_lb cpu_nodes requests
-  [ "$lb" = nodes-control-new ] && new=1
+  [[ $lb == nodes-control*-new ]] && new=1
   start_nodes
   nodes_sids=("${PIDS[@]}")
   port=$(free_port)
@@ -105,6 +110,7 @@ run_one() { # round balancer
 LBS=(nginx haproxy nodes-control)
 [ "${NEW_SESSIONS:-0}" = 1 ] && LBS+=(nodes-control-new)
 [ -n "${NC_B:-}" ] && LBS+=(nodes-control-b)
+[ -n "${NC_B:-}" ] && [ "${NEW_SESSIONS:-0}" = 1 ] && LBS+=(nodes-control-b-new)
 echo "# bench-press: rounds=$ROUNDS duration=$DURATION conns=$CONNS ids=$ID_POOL pin=$PIN commit=$(git rev-parse --short HEAD 2>/dev/null || echo none) $(date -u +%FT%TZ)"
 for (( r = 1; r <= ROUNDS; r++ )); do
   for (( j = 0; j < ${#LBS[@]}; j++ )); do
@@ -121,8 +127,8 @@ for run in runs:
     by.setdefault(run["lb"], {})[run["round"]] = run
 nginx = by.get("nginx", {})
 print(f"{'balancer':<14} {'presses/s':>10} {'p99 ms':>8} {'vs nginx':>9} {'p99 vs nginx':>13} {'p99.9 ms':>9} {'CPU us/press':>13} {'errors':>7} sticky")
-for lb in ["nginx", "haproxy", "nodes-control", "nodes-control-new", "nodes-control-b"]:
-    if lb in ("nodes-control-new", "nodes-control-b") and lb not in by:
+for lb in ["nginx", "haproxy", "nodes-control", "nodes-control-new", "nodes-control-b", "nodes-control-b-new"]:
+    if lb in ("nodes-control-new", "nodes-control-b", "nodes-control-b-new") and lb not in by:
         continue
     rounds = by.get(lb, {})
     if not rounds:
@@ -150,4 +156,14 @@ if shared:
     ratio = statistics.median(float(b[k]["rps"]) / float(old[k]["rps"]) for k in shared)
     p99 = statistics.median(float(b[k]["p99_ms"]) / float(old[k]["p99_ms"]) for k in shared)
     print(f"NC_B vs NC (per round): presses/s {ratio:.3f}, p99 {p99:.3f}")
+bnew = by.get("nodes-control-b-new", {})
+shared = [k for k in bnew if k in new]
+if shared:
+    ratio = statistics.median(float(bnew[k]["rps"]) / float(new[k]["rps"]) for k in shared)
+    p99 = statistics.median(float(bnew[k]["p99_ms"]) / float(new[k]["p99_ms"]) for k in shared)
+    print(f"NC_B vs NC, new sessions (per round): presses/s {ratio:.3f}, p99 {p99:.3f}")
+shared = [k for k in bnew if k in b]
+if shared:
+    ratio = statistics.median(float(bnew[k]["rps"]) / float(b[k]["rps"]) for k in shared)
+    print(f"new sessions vs existing sessions (NC_B, per round): {ratio:.2f}")
 EOF

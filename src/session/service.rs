@@ -20,6 +20,10 @@ use crate::nodes::{NodeClient, NodeEntry, NodeTable, Selector};
 use crate::store::{Mapping, Placed, Store};
 use round::{Next, Round};
 
+/// What a lookup found: the mapping, the clean mark read before it, and,
+/// with no mapping, the group's unmap count a placement folds against.
+type Looked = (Option<Mapping>, u64, Option<String>);
+
 /// A served press.
 #[derive(Debug, Clone)]
 pub struct Pressed {
@@ -153,11 +157,11 @@ impl SessionService {
         // the node that ends after this point makes us read the mapping
         // again. From the cache, it is the mark the cached mapping was
         // read at.
-        let (mapping, mark) = match self.cache.get(id, self.clock.now_ms()) {
-            Some((cached, mark)) => (Some(cached), mark),
+        let looked = match self.cache.get(id, self.clock.now_ms()) {
+            Some((cached, mark)) => (Some(cached), mark, None),
             None => self.read(id).await?,
         };
-        let mut round = Round::new(id, deadline, mapping, mark);
+        let mut round = Round::new(id, deadline, looked);
         loop {
             if Instant::now() >= deadline {
                 return Err(PressError::Deadline);
@@ -168,15 +172,17 @@ impl SessionService {
         }
     }
 
-    /// Reads the mapping from Redis (the clean mark first) and caches it.
-    async fn read(&self, id: &str) -> Result<(Option<Mapping>, u64), PressError> {
+    /// Reads the mapping from Redis (the clean mark first) and caches it;
+    /// with none, what its placement folds against, read with it.
+    async fn read(&self, id: &str) -> Result<Looked, PressError> {
         let mark = self.table().clean_mark();
-        let mapping = self.store().sessions.lookup(id).await?;
+        let (mapping, seen) = self.store().sessions.lookup_with_unmaps(id).await?;
         match &mapping {
             Some(m) => self.cache.put(id, m, mark),
             None => self.cache.forget(id),
         }
-        Ok((mapping, mark))
+        let seen = mapping.is_none().then_some(seen);
+        Ok((mapping, mark, seen))
     }
 
     /// Session time now (ms since the epoch): what expiry is decided on.
@@ -228,6 +234,7 @@ impl SessionService {
         id: &str,
         stale_node: Option<&str>,
         after_failover: bool,
+        mut seen_at_lookup: Option<String>,
     ) -> Result<Mapping, PressError> {
         let mark = self.table().clean_mark();
         // The strategy's choice is a preference: the script still places
@@ -239,7 +246,10 @@ impl SessionService {
             .map(|p| p.into_node());
         let mut folds = 0;
         let (base, placement) = loop {
-            let seen = self.store().sessions.unmaps_seen(id).await?;
+            let seen = match seen_at_lookup.take() {
+                Some(seen) => seen,
+                None => self.store().sessions.unmaps_seen(id).await?,
+            };
             let base = self.archive().fold_one(id).await?;
             let expires_at_ms = self.clock.now_ms() + self.ttl.as_millis() as i64;
             let placed = self

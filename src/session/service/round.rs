@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::attempt::{Attempt, Held};
-use super::{Pressed, SessionService, MAX_REQUEUES};
+use super::{Looked, Pressed, SessionService, MAX_REQUEUES};
 use crate::lifecycle::CleanError;
 use crate::nodes::{NodeCallError, NodeEntry};
 use crate::session::error::{expire_error, Busy, PressError};
@@ -30,6 +30,9 @@ pub(super) struct Round<'a> {
     /// and the clean mark read before it.
     pub(super) mapping: Option<Mapping>,
     pub(super) mark: u64,
+    /// With no mapping read: the group's unmap count read with it, which
+    /// the placement folds against (`Sessions::lookup_with_unmaps`).
+    pub(super) seen: Option<String>,
     /// A node that failed this press before it was sent: a second such
     /// failure ends the press.
     failed: Option<(String, NodeCallError)>,
@@ -50,12 +53,13 @@ pub(super) enum Next {
 }
 
 impl<'a> Round<'a> {
-    pub(super) fn new(id: &'a str, deadline: Instant, mapping: Option<Mapping>, mark: u64) -> Self {
+    pub(super) fn new(id: &'a str, deadline: Instant, (mapping, mark, seen): Looked) -> Self {
         Self {
             id,
             deadline,
             mapping,
             mark,
+            seen,
             failed: None,
             failed_over: false,
             queued_until: None,
@@ -71,7 +75,10 @@ impl SessionService {
     pub(super) async fn round(&self, round: &mut Round<'_>) -> Result<Next, PressError> {
         let current = match round.mapping.take() {
             Some(m) => m,
-            None => self.place(round.id, None, round.failed_over).await?,
+            None => {
+                let seen = round.seen.take();
+                self.place(round.id, None, round.failed_over, seen).await?
+            }
         };
         if current.expires_at_ms <= self.clock.now_ms() {
             self.expire(round, &current).await?;
@@ -95,7 +102,7 @@ impl SessionService {
 
     /// `Lookup` again: the mapping and the clean mark before it.
     async fn reread(&self, round: &mut Round<'_>) -> Result<(), PressError> {
-        (round.mapping, round.mark) = self.read(round.id).await?;
+        (round.mapping, round.mark, round.seen) = self.read(round.id).await?;
         Ok(())
     }
 
@@ -135,7 +142,7 @@ impl SessionService {
                 Ok(None)
             }
             None => {
-                let placed = self.place(round.id, Some(&current.node), round.failed_over);
+                let placed = self.place(round.id, Some(&current.node), round.failed_over, None);
                 round.mapping = Some(placed.await?);
                 Ok(None)
             }

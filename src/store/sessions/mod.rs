@@ -145,6 +145,35 @@ impl Sessions {
             .query_async(&mut self.conn())
             .await
             .context("reading the session mapping from Redis")?;
+        self.mapping_of(value).await
+    }
+
+    /// [`Self::lookup`] and, in the same round trip, what a placement
+    /// would fold against ([`Self::unmaps_seen`]): a press that finds no
+    /// mapping places the session next, and a count read before its fold
+    /// is as good as one read just before it (an unmap in between makes
+    /// the placement fold again). A new session spares a round trip.
+    pub async fn lookup_with_unmaps(
+        &self,
+        session_id: &str,
+    ) -> StoreResult<(Option<Mapping>, String)> {
+        let bucket = groups::mapping_bucket(session_id);
+        let group = &bucket[..2];
+        self.replicas.check_identity(group).await?;
+        // One slot: the bucket and the group's counters share its tag.
+        let (value, epoch, unmaps): (Option<String>, Option<String>, Option<String>) =
+            redis::pipe()
+                .hget(self.group_key(group, &["mappings", &bucket]), session_id)
+                .get(self.group_key(group, &["epoch"]))
+                .get(self.group_key(group, &["unmaps"]))
+                .query_async(&mut self.conn())
+                .await
+                .context("reading the session mapping from Redis")?;
+        Ok((self.mapping_of(value).await?, seen(epoch, unmaps)))
+    }
+
+    /// A bucket's value as a mapping, its node's number resolved.
+    async fn mapping_of(&self, value: Option<String>) -> StoreResult<Option<Mapping>> {
         let Some((number, base, expires_at_ms)) = value.as_deref().and_then(unpack_mapping) else {
             return Ok(None);
         };
@@ -166,11 +195,7 @@ impl Sessions {
             .query_async(&mut self.conn())
             .await
             .context("reading a session group's unmaps from Redis")?;
-        Ok(format!(
-            "{}:{}",
-            epoch.unwrap_or_default(),
-            unmaps.as_deref().unwrap_or("0")
-        ))
+        Ok(seen(epoch, unmaps))
     }
 
     /// The node and expiry time of each session (`None` where it has no
@@ -226,6 +251,15 @@ impl Sessions {
         }
         Ok(placements)
     }
+}
+
+/// `unmaps_seen` as prelude.lua compares it: `{epoch}:{unmaps}`.
+fn seen(epoch: Option<String>, unmaps: Option<String>) -> String {
+    format!(
+        "{}:{}",
+        epoch.unwrap_or_default(),
+        unmaps.as_deref().unwrap_or("0")
+    )
 }
 
 #[cfg(test)]
