@@ -3,25 +3,27 @@
 # wrk2) of nginx, HAProxy and nodes-control, each in front of three fresh
 # click-nodes, interleaved in one run; draws the latency-versus-rate curve.
 #
-# For each rate in RATES, every balancer (in an order rotated per rate, so
-# the machine's drift spreads over all) gets fresh nodes and a fresh
+# For each rate in RATES, ROUNDS times, every balancer (in an order rotated
+# per round, so the machine's drift spreads over all) gets fresh nodes and a fresh
 # balancer, a warm-up that presses every id once (so the measured presses
 # are of existing sessions), then `loadgen rate` offers the rate for
 # DURATION seconds over CONNS connections and counts each press's latency
 # from when it was due (coordinated omission corrected). A balancer that
-# did not carry a rate (under 95 % answered, or over 1 % failed) is not
-# offered the higher ones. The generator runs on CPU 0, each balancer with
+# did not carry a rate (under 95 % answered, or over 1 % failed) in most
+# rounds is not offered the higher ones. The curve and its table take the
+# median of the rounds of each point. The generator runs on CPU 0, each balancer with
 # its nodes (and Redis) on CPU 1 (PIN=none: no pinning).
 #
-# Knobs: RATES (2500 5000 10000 15000 20000 25000 30000 40000), DURATION
-# (5), CONNS (64), ID_POOL (10000), PIN (split|none), DATABASE_URL, NC_ENV,
+# Knobs: RATES (2500 5000 7500 ... 17500 20000 25000 30000), ROUNDS (3),
+# DURATION (5), CONNS (64), ID_POOL (10000), PIN (split|none), DATABASE_URL, NC_ENV,
 # NC (the nodes-control binary), OUT (the chart, default
 # docs/results/latency-vs-rate.png; its points beside it as .jsonl).
 # Needs nginx, haproxy, redis-server, curl, taskset.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-RATES=${RATES:-2500 5000 10000 15000 20000 25000 30000 40000}
+RATES=${RATES:-2500 5000 7500 10000 12500 15000 17500 20000 25000 30000}
 DURATION=${DURATION:-5}
+ROUNDS=${ROUNDS:-3}
 CONNS=${CONNS:-64}
 ID_POOL=${ID_POOL:-10000}
 PIN=${PIN:-split}
@@ -64,16 +66,23 @@ run_point() { # balancer rate -> one JSON line appended to POINTS
 
 mkdir -p "$(dirname "$OUT")"
 : >"$POINTS"
-echo "# bench-latency: rates=$RATES duration=${DURATION}s conns=$CONNS ids=$ID_POOL pin=$PIN commit=$(git rev-parse --short HEAD 2>/dev/null || echo none) $(date -u +%FT%TZ)"
+echo "# bench-latency: rates=$RATES rounds=$ROUNDS duration=${DURATION}s conns=$CONNS ids=$ID_POOL pin=$PIN commit=$(git rev-parse --short HEAD 2>/dev/null || echo none) $(date -u +%FT%TZ)"
 LBS=(nginx haproxy nodes-control)
-declare -A saturated=()
+declare -A saturated=() missed=()
 i=0
 for rate in $RATES; do
-  for (( j = 0; j < ${#LBS[@]}; j++ )); do
-    lb=${LBS[$(( (j + i) % ${#LBS[@]} ))]}
-    [ -n "${saturated[$lb]:-}" ] && continue
-    run_point "$lb" "$rate" || saturated[$lb]=$rate
-    sleep 1
+  missed=()
+  for (( r = 0; r < ROUNDS; r++ )); do
+    for (( j = 0; j < ${#LBS[@]}; j++ )); do
+      lb=${LBS[$(( (j + i + r) % ${#LBS[@]} ))]}
+      [ -n "${saturated[$lb]:-}" ] && continue
+      run_point "$lb" "$rate" || missed[$lb]=$(( ${missed[$lb]:-0} + 1 ))
+      sleep 1
+    done
+  done
+  # Not carried in most rounds: not offered more.
+  for lb in "${!missed[@]}"; do
+    (( missed[$lb] * 2 > ROUNDS )) && saturated[$lb]=$rate
   done
   i=$((i + 1))
 done

@@ -126,13 +126,13 @@ by = {}
 for run in runs:
     by.setdefault(run["lb"], {})[run["round"]] = run
 nginx = by.get("nginx", {})
-print(f"{'balancer':<14} {'presses/s':>10} {'p99 ms':>8} {'vs nginx':>9} {'p99 vs nginx':>13} {'p99.9 ms':>9} {'CPU us/press':>13} {'errors':>7} sticky")
+print(f"{'balancer':<20} {'presses/s':>10} {'p99 ms':>8} {'vs nginx':>9} {'p99 vs nginx':>13} {'p99.9 ms':>9} {'CPU us/press':>13} {'errors':>7} sticky")
 for lb in ["nginx", "haproxy", "nodes-control", "nodes-control-new", "nodes-control-b", "nodes-control-b-new"]:
     if lb in ("nodes-control-new", "nodes-control-b", "nodes-control-b-new") and lb not in by:
         continue
     rounds = by.get(lb, {})
     if not rounds:
-        print(f"{lb:<14} no result"); continue
+        print(f"{lb:<20} no result"); continue
     rps = statistics.median(float(r["rps"]) for r in rounds.values())
     p99 = statistics.median(float(r["p99_ms"]) for r in rounds.values())
     shared = [k for k in rounds if k in nginx]
@@ -144,26 +144,16 @@ for lb in ["nginx", "haproxy", "nodes-control", "nodes-control-new", "nodes-cont
     node_cpu = statistics.median(float(r["node_cpu_us"]) for r in rounds.values())
     errors = sum(int(r["errors"]) for r in rounds.values())
     sticky = "ok" if all(r["sticky"] == "ok" for r in rounds.values()) else "FAIL"
-    print(f"{lb:<14} {rps:>10.0f} {p99:>8.2f} {ratio:>9.2f} {p99_ratio:>13.2f} {p999:>9.2f} {f'{cpu:.1f} + {node_cpu:.1f}':>13} {errors:>7} {sticky}")
-old, new = by.get("nodes-control", {}), by.get("nodes-control-new", {})
-shared = [k for k in new if k in old]
-if shared:
-    ratio = statistics.median(float(new[k]["rps"]) / float(old[k]["rps"]) for k in shared)
-    print(f"new sessions vs existing sessions (nodes-control, per round): {ratio:.2f}")
-b = by.get("nodes-control-b", {})
-shared = [k for k in b if k in old]
-if shared:
-    ratio = statistics.median(float(b[k]["rps"]) / float(old[k]["rps"]) for k in shared)
-    p99 = statistics.median(float(b[k]["p99_ms"]) / float(old[k]["p99_ms"]) for k in shared)
-    print(f"NC_B vs NC (per round): presses/s {ratio:.3f}, p99 {p99:.3f}")
-bnew = by.get("nodes-control-b-new", {})
-shared = [k for k in bnew if k in new]
-if shared:
-    ratio = statistics.median(float(bnew[k]["rps"]) / float(new[k]["rps"]) for k in shared)
-    p99 = statistics.median(float(bnew[k]["p99_ms"]) / float(new[k]["p99_ms"]) for k in shared)
-    print(f"NC_B vs NC, new sessions (per round): presses/s {ratio:.3f}, p99 {p99:.3f}")
-shared = [k for k in bnew if k in b]
-if shared:
-    ratio = statistics.median(float(bnew[k]["rps"]) / float(b[k]["rps"]) for k in shared)
-    print(f"new sessions vs existing sessions (NC_B, per round): {ratio:.2f}")
+    print(f"{lb:<20} {rps:>10.0f} {p99:>8.2f} {ratio:>9.2f} {p99_ratio:>13.2f} {p999:>9.2f} {f'{cpu:.1f} + {node_cpu:.1f}':>13} {errors:>7} {sticky}")
+def per_round(of, to, field="rps"):
+    """The median over shared rounds of `of`'s field divided by `to`'s (None: no round shared)."""
+    a, b = by.get(of, {}), by.get(to, {})
+    shared = [k for k in a if k in b]
+    return statistics.median(float(a[k][field]) / float(b[k][field]) for k in shared) if shared else None
+for new, old, name in [("nodes-control-new", "nodes-control", "nodes-control"), ("nodes-control-b-new", "nodes-control-b", "NC_B")]:
+    if (ratio := per_round(new, old)) is not None:
+        print(f"new sessions vs existing sessions ({name}, per round): {ratio:.2f}")
+for b, a, what in [("nodes-control-b", "nodes-control", ""), ("nodes-control-b-new", "nodes-control-new", ", new sessions")]:
+    if (ratio := per_round(b, a)) is not None:
+        print(f"NC_B vs NC{what} (per round): presses/s {ratio:.3f}, p99 {per_round(b, a, 'p99_ms'):.3f}")
 EOF

@@ -31,7 +31,8 @@ enum Scenario {
     /// POST /press open-loop at a fixed rate (as wrk2): one JSON line of
     /// latency percentiles counted from each press's intended send time.
     Rate(RateArgs),
-    /// The latency-versus-rate chart (PNG) and table of `rate` lines.
+    /// The latency-versus-rate chart (PNG) and table of `rate` lines (the
+    /// median of the rounds of each balancer and rate).
     RateCurve(RateCurveArgs),
 }
 
@@ -205,6 +206,7 @@ fn rate_curve(args: RateCurveArgs) -> anyhow::Result<()> {
         .map(serde_json::from_str)
         .collect::<Result<Vec<RatePoint>, _>>()
         .with_context(|| format!("{}: not lines of `loadgen rate`", args.input.display()))?;
+    let points = loadgen::rate::medians(&points);
     loadgen::plot::latency_vs_rate(&args.out, &points)?;
     print!("{}", loadgen::rate::table(&points));
     println!("wrote {}", args.out.display());

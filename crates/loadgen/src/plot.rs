@@ -128,16 +128,24 @@ pub fn latency(path: &Path, title: &str, samples_ms: &[f64]) -> anyhow::Result<(
                 PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2))
             });
     }
+    legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+    root.present().map_err(draw_error)?;
+    Ok(())
+}
+
+/// The series' names, boxed in a corner of the chart.
+fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    corner: SeriesLabelPosition,
+) -> anyhow::Result<()> {
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
+        .position(corner)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK.mix(0.4))
         .label_font((FONT, 15))
         .draw()
-        .map_err(draw_error)?;
-    root.present().map_err(draw_error)?;
-    Ok(())
+        .map_err(draw_error)
 }
 
 const LATENCY_BUCKETS: usize = 40;
@@ -494,14 +502,7 @@ pub fn latency_vs_rate(path: &Path, points: &[crate::rate::RatePoint]) -> anyhow
             }))
             .map_err(draw_error)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.4))
-        .label_font((FONT, 15))
-        .draw()
-        .map_err(draw_error)?;
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     root.present().map_err(draw_error)?;
     Ok(())
 }

@@ -265,6 +265,45 @@ async fn connect(addr: &str) -> anyhow::Result<SendRequest<Full<Bytes>>> {
     Ok(sender)
 }
 
+/// One point per balancer and rate from several rounds of each: every
+/// figure the median of its rounds (the upper one of an even count), so
+/// that one round the machine stalled in does not bend the curve.
+pub fn medians(points: &[RatePoint]) -> Vec<RatePoint> {
+    let mut groups: Vec<Vec<&RatePoint>> = Vec::new();
+    for p in points {
+        match groups
+            .iter_mut()
+            .find(|g| g[0].label == p.label && g[0].offered_rps == p.offered_rps)
+        {
+            Some(group) => group.push(p),
+            None => groups.push(vec![p]),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|group| {
+            let median = |field: fn(&RatePoint) -> f64| {
+                let mut values: Vec<f64> = group.iter().map(|p| field(p)).collect();
+                values.sort_by(f64::total_cmp);
+                values[values.len() / 2]
+            };
+            RatePoint {
+                label: group[0].label.clone(),
+                offered_rps: group[0].offered_rps,
+                achieved_rps: median(|p| p.achieved_rps),
+                sent: median(|p| p.sent as f64) as u64,
+                ok: median(|p| p.ok as f64) as u64,
+                errors: median(|p| p.errors as f64) as u64,
+                p50_ms: median(|p| p.p50_ms),
+                p90_ms: median(|p| p.p90_ms),
+                p99_ms: median(|p| p.p99_ms),
+                p999_ms: median(|p| p.p999_ms),
+                max_ms: median(|p| p.max_ms),
+            }
+        })
+        .collect()
+}
+
 /// The curve's table in Markdown: one row per balancer and rate, by
 /// balancer, then rate.
 pub fn table(points: &[RatePoint]) -> String {
@@ -314,6 +353,24 @@ mod tests {
             p999_ms: 1.0,
             max_ms: 1.0,
         }
+    }
+
+    #[test]
+    fn each_balancer_and_rate_is_the_median_of_its_rounds() {
+        let mut stalled = point(1000.0, 1000.0, 5000, 0);
+        stalled.p99_ms = 120.0;
+        let mut other = point(1000.0, 990.0, 5000, 0);
+        other.label = "y".into();
+        let rounds = [
+            point(1000.0, 1000.0, 5000, 0),
+            stalled,
+            point(1000.0, 980.0, 5000, 0),
+            other,
+        ];
+        let medians = medians(&rounds);
+        assert_eq!(medians.len(), 2);
+        assert_eq!((medians[0].p99_ms, medians[0].achieved_rps), (1.0, 1000.0));
+        assert_eq!(medians[1].label, "y");
     }
 
     #[test]

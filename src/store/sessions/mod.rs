@@ -132,35 +132,28 @@ pub(super) fn unpack_mapping(value: &str) -> Option<(u64, i64, i64)> {
 }
 
 impl Sessions {
-    /// The hot path: one plain `HGET`, one round trip, no script (the node's
-    /// address is remembered after its first read: numbers never change).
+    /// The session's mapping ([`Self::lookup_with_unmaps`] without the
+    /// count).
     pub async fn lookup(&self, session_id: &str) -> StoreResult<Option<Mapping>> {
-        // The bucket once: its group is checked, its key read.
-        let bucket = groups::mapping_bucket(session_id);
-        let group = &bucket[..2];
-        self.replicas.check_identity(group).await?;
-        let value: Option<String> = redis::cmd("HGET")
-            .arg(self.group_key(group, &["mappings", &bucket]))
-            .arg(session_id)
-            .query_async(&mut self.conn())
-            .await
-            .context("reading the session mapping from Redis")?;
-        self.mapping_of(value).await
+        Ok(self.lookup_with_unmaps(session_id).await?.0)
     }
 
-    /// [`Self::lookup`] and, in the same round trip, what a placement
-    /// would fold against ([`Self::unmaps_seen`]): a press that finds no
-    /// mapping places the session next, and a count read before its fold
-    /// is as good as one read just before it (an unmap in between makes
-    /// the placement fold again). A new session spares a round trip.
+    /// The hot path: the mapping and, in the same round trip, what a
+    /// placement would fold against ([`Self::unmaps_seen`]), no script
+    /// (the node's address is remembered after its first read: numbers
+    /// never change). A press that finds no mapping places the session
+    /// next, and a count read before its fold is as good as one read just
+    /// before it (an unmap in between makes the placement fold again): a
+    /// new session spares a round trip.
     pub async fn lookup_with_unmaps(
         &self,
         session_id: &str,
     ) -> StoreResult<(Option<Mapping>, String)> {
+        // The bucket once: its group is checked, its key read. One slot:
+        // the bucket and the group's counters share its tag.
         let bucket = groups::mapping_bucket(session_id);
         let group = &bucket[..2];
         self.replicas.check_identity(group).await?;
-        // One slot: the bucket and the group's counters share its tag.
         let (value, epoch, unmaps): (Option<String>, Option<String>, Option<String>) =
             redis::pipe()
                 .hget(self.group_key(group, &["mappings", &bucket]), session_id)
@@ -169,19 +162,16 @@ impl Sessions {
                 .query_async(&mut self.conn())
                 .await
                 .context("reading the session mapping from Redis")?;
-        Ok((self.mapping_of(value).await?, seen(epoch, unmaps)))
-    }
-
-    /// A bucket's value as a mapping, its node's number resolved.
-    async fn mapping_of(&self, value: Option<String>) -> StoreResult<Option<Mapping>> {
+        let seen = seen(epoch, unmaps);
         let Some((number, base, expires_at_ms)) = value.as_deref().and_then(unpack_mapping) else {
-            return Ok(None);
+            return Ok((None, seen));
         };
-        Ok(self.node_address(number).await?.map(|node| Mapping {
+        let mapping = self.node_address(number).await?.map(|node| Mapping {
             node: node.to_string(),
             base,
             expires_at_ms,
-        }))
+        });
+        Ok((mapping, seen))
     }
 
     /// What a base folded now is folded against: the session's group's
