@@ -172,6 +172,10 @@ fn address_of(url: &str) -> anyhow::Result<String> {
 }
 
 async fn rate(args: RateArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.duration.is_finite() && args.duration > 0.0,
+        "--duration must be a number of seconds above 0"
+    );
     let opts = RateOptions {
         addr: address_of(&args.url)?,
         rate: args.rate,

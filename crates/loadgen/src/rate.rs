@@ -50,8 +50,10 @@ pub struct RateOptions {
 pub struct RatePoint {
     pub label: String,
     pub offered_rps: f64,
-    /// Answers of any status per second over the whole run.
+    /// Presses answered (any status) or failed, per second of the time
+    /// they were sent in.
     pub achieved_rps: f64,
+    /// Presses offered: those sent and those left unsent at the stop.
     pub sent: u64,
     /// 2xx answers.
     pub ok: u64,
@@ -106,8 +108,17 @@ pub async fn warm_up(opts: &RateOptions) -> anyhow::Result<u64> {
 /// (the balancer carries less than half the rate) are not sent and count
 /// as errors, so that a run past saturation still ends.
 pub async fn run(opts: &RateOptions) -> anyhow::Result<RatePoint> {
-    anyhow::ensure!(opts.rate > 0.0, "the rate must be above 0");
+    anyhow::ensure!(
+        opts.rate.is_finite() && opts.rate >= 1.0,
+        "the rate must be at least 1 press a second"
+    );
+    anyhow::ensure!(opts.sessions > 0, "at least one session is pressed");
     let total = (opts.rate * opts.duration.as_secs_f64()).round() as u64;
+    anyhow::ensure!(
+        total > 0,
+        "a run of {:?} at that rate sends nothing",
+        opts.duration
+    );
     let interval = Duration::from_secs_f64(1.0 / opts.rate);
     let next = Arc::new(AtomicU64::new(0));
     let start = Instant::now() + Duration::from_millis(10);
@@ -124,14 +135,17 @@ pub async fn run(opts: &RateOptions) -> anyhow::Result<RatePoint> {
         })
         .collect();
     let mut latency = new_histogram()?;
-    let (mut ok, mut errors) = (0, 0);
+    let (mut ok, mut errors, mut last_sent) = (0, 0, start);
     for task in tasks {
         let part = task.await??;
         latency.add(&part.latency)?;
         ok += part.ok;
         errors += part.errors;
+        last_sent = last_sent.max(part.last_sent);
     }
-    let elapsed = start.elapsed().as_secs_f64();
+    // Over the time the presses were sent in, not until the last answer:
+    // one press that hangs to its timeout at the end is not a lower rate.
+    let elapsed = (last_sent - start).max(opts.duration).as_secs_f64();
     let unsent = total - latency.len();
     let ms = |q: f64| latency.value_at_quantile(q) as f64 / 1000.0;
     Ok(RatePoint {
@@ -162,6 +176,7 @@ struct Part {
     latency: Histogram<u64>,
     ok: u64,
     errors: u64,
+    last_sent: Instant,
 }
 
 fn new_histogram() -> anyhow::Result<Histogram<u64>> {
@@ -169,9 +184,11 @@ fn new_histogram() -> anyhow::Result<Histogram<u64>> {
 }
 
 /// One connection's share: takes the next press due, waits for its time,
-/// sends it. Timers fire on whole milliseconds, so a press is sent up to a
-/// millisecond early rather than late, and its latency then counts from
-/// when it was sent: the generator's timer is not the balancer's delay.
+/// sends it. Tokio's timers round a deadline up to the next millisecond
+/// and may wake up to a millisecond after it, so a press is woken two
+/// milliseconds early and sent up to that early rather than late, and its
+/// latency then counts from when it was sent: the generator's timer is not
+/// the balancer's delay.
 async fn send_due(
     opts: &RateOptions,
     next: &AtomicU64,
@@ -181,6 +198,7 @@ async fn send_due(
         latency: new_histogram()?,
         ok: 0,
         errors: 0,
+        last_sent: schedule.start,
     };
     let mut conn = None;
     loop {
@@ -192,9 +210,10 @@ async fn send_due(
             return Ok(part);
         }
         let due = schedule.start + schedule.interval.mul_f64(i as f64);
-        let early = due.checked_sub(Duration::from_millis(1)).unwrap_or(due);
+        let early = due.checked_sub(Duration::from_millis(2)).unwrap_or(due);
         tokio::time::sleep_until(early).await;
         let sent = Instant::now();
+        part.last_sent = part.last_sent.max(sent);
         let outcome = press(opts, &mut conn, i % opts.sessions.max(1) as u64).await;
         let waited = Instant::now() - sent.min(due);
         match outcome {

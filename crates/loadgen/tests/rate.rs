@@ -85,3 +85,34 @@ async fn a_slow_server_is_charged_for_every_press_that_queued_behind_it() {
     assert!(point.p99_ms > 500.0, "{point:?}");
     assert!(point.p50_ms >= 50.0, "{point:?}");
 }
+
+#[tokio::test]
+async fn a_run_that_would_send_nothing_is_refused_with_its_reason() {
+    let refused =
+        |opts: RateOptions| async move { rate::run(&opts).await.unwrap_err().to_string() };
+    let opts = options("127.0.0.1:1", 100.0, 1, 1);
+    assert!(refused(RateOptions {
+        rate: 0.0,
+        ..opts.clone()
+    })
+    .await
+    .contains("at least 1 press"));
+    assert!(refused(RateOptions {
+        rate: f64::INFINITY,
+        ..opts.clone()
+    })
+    .await
+    .contains("at least 1 press"));
+    assert!(refused(RateOptions {
+        sessions: 0,
+        ..opts.clone()
+    })
+    .await
+    .contains("one session"));
+    assert!(refused(RateOptions {
+        duration: Duration::ZERO,
+        ..opts
+    })
+    .await
+    .contains("sends nothing"));
+}
