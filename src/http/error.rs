@@ -151,7 +151,7 @@ impl From<PressError> for ApiError {
                 tracing::warn!(%node, "press counted by a node failed over while this replica was silent");
                 ApiError::OutcomeUnknown {
                     code: "replica_paused",
-                    message: "this balancer replica was paused (or out of touch with Redis) while the node had the press, and the node was failed over meanwhile; the next answer shows where the session stands".to_owned(),
+                    message: "this balancer replica was paused (or out of touch with Redis) while the node had the press, and the node may have been failed over meanwhile; the next answer shows where the session stands".to_owned(),
                 }
             }
             PressError::Rebuilding => rebuilding(),

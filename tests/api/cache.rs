@@ -55,10 +55,17 @@ async fn a_replica_cut_off_from_its_fence_channel_stops_serving_from_its_cache_w
         "served from the cache at first: {first:?}"
     );
     let mut last = first.clicks();
-    loop {
+    // A press out when the lease lapses was counted by the node but is not
+    // shown (504 replica_paused): no clean could have moved the session
+    // meanwhile, so the next count shown includes it.
+    let unshown = loop {
         let answer = app.press(&session).await;
         if answer.status == 503 {
-            break;
+            break 0;
+        }
+        if answer.status == 504 {
+            assert!(answer.body.contains("replica_paused"), "{answer:?}");
+            break 1;
         }
         last = answer.clicks();
         // The lease was renewed at most a heartbeat (1 s) before the cut.
@@ -68,8 +75,12 @@ async fn a_replica_cut_off_from_its_fence_channel_stops_serving_from_its_cache_w
             cut_at.elapsed()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    };
     redis.restore();
     let answer = common::press_until_ok(&app, &session).await;
-    assert_eq!(answer.clicks(), last + 1, "nothing counted twice or lost");
+    assert_eq!(
+        answer.clicks(),
+        last + unshown + 1,
+        "nothing counted twice or lost"
+    );
 }
