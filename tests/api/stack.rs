@@ -272,34 +272,57 @@ async fn the_readme_s_try_it_runs_in_order_on_the_make_up_stack() {
     let _ = std::fs::remove_dir_all(&stack.run);
 }
 
-/// The compose stack falls back to a well-known admin token, so it must
-/// not be reachable from other hosts unless the operator says so: every
-/// port it publishes binds loopback unless an address is given.
-#[test]
-fn docker_compose_publishes_every_port_on_loopback_by_default() {
+/// Each `ports:` line of a compose file, with the service it is under.
+fn published_ports(file: &str) -> Vec<(String, String)> {
     let compose =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docker-compose.yml"))
-            .unwrap();
-    let published: Vec<&str> = compose
-        .lines()
-        .map(str::trim)
-        .filter(|line| line.starts_with("ports:"))
-        .collect();
-    assert_eq!(
-        published.len(),
-        3,
-        "postgres, redis, balancer: {published:?}"
-    );
-    for ports in published {
-        let mapping = ports
-            .trim_start_matches("ports:")
-            .trim()
-            .trim_matches(|c| c == '[' || c == ']' || c == '"');
-        assert!(
-            mapping.starts_with("127.0.0.1:") || mapping.starts_with("${PUBLISH_ADDR:-127.0.0.1}:"),
-            "{mapping} is published beyond loopback by default"
-        );
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
+    let mut service = String::new();
+    let mut published = Vec::new();
+    for line in compose.lines() {
+        if let Some(name) = line.strip_prefix("  ").and_then(|l| l.strip_suffix(':')) {
+            if !name.starts_with(' ') {
+                service = name.to_owned();
+            }
+        }
+        if let Some(ports) = line.trim().strip_prefix("ports:") {
+            let mapping = ports
+                .trim()
+                .trim_matches(|c| c == '[' || c == ']' || c == '"');
+            published.push((service.clone(), mapping.to_owned()));
+        }
     }
+    published
+}
+
+/// The compose stack falls back to a well-known admin token, so it must
+/// not be reachable from other hosts unless the operator says so; and a
+/// developer's machine often runs a Postgres and a Redis of its own on
+/// their usual ports, which a published store would collide with.
+#[test]
+fn docker_compose_publishes_only_the_balancer_on_loopback_so_it_runs_beside_local_stores() {
+    let published = published_ports("docker-compose.yml");
+    let services: Vec<&str> = published.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(services, ["balancer"], "{published:?}");
+    assert!(
+        published[0].1.starts_with("${PUBLISH_ADDR:-127.0.0.1}:"),
+        "{published:?} is published beyond loopback by default"
+    );
+    // The stores' file, for a host without Postgres and Redis: both on
+    // loopback at their usual ports.
+    let stores = published_ports("docker-compose.stores.yml");
+    assert_eq!(
+        stores,
+        [
+            (
+                "postgres".to_owned(),
+                "127.0.0.1:${POSTGRES_PORT:-5432}:5432".to_owned()
+            ),
+            (
+                "redis".to_owned(),
+                "127.0.0.1:${REDIS_PORT:-6379}:6379".to_owned()
+            ),
+        ]
+    );
 }
 
 /// The README's "Bring your own node": its Python node, saved as
