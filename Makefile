@@ -1,6 +1,6 @@
 # Common runs. `make up` is the docker compose stack without Docker;
 # `make help` lists every target with the line that says what it does.
-.PHONY: help up down node test test-cluster e2e lint fmt mutants bench-sweep bench-press bench-latency bench-slow bench-capacity agents sessions compare
+.PHONY: help up down node test test-cluster e2e lint fmt mutants check-model bench-sweep bench-press bench-latency bench-slow bench-capacity agents sessions compare
 .DEFAULT_GOAL := help
 
 ## help: this list
@@ -47,6 +47,12 @@ fmt:
 
 # Every mutant of the shared decisions caught by a test (installs
 # cargo-mutants from crates.io when missing; about half a minute).
+# The model's large bounds, which `cargo test --workspace` leaves out (the
+# tests marked ignored in crates/model/tests/guards.rs); .ci/run runs them.
+## check-model: the model checked at its large bounds (three presses, faults together)
+check-model:
+	cargo test -p model --test guards -- --ignored
+
 ## mutants: cargo mutants over crates/protocol; fails on a surviving mutant
 mutants:
 	command -v cargo-mutants >/dev/null || cargo install --locked cargo-mutants
