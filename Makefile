@@ -45,14 +45,14 @@ lint:
 fmt:
 	cargo fmt --all
 
-# Every mutant of the shared decisions caught by a test (installs
-# cargo-mutants from crates.io when missing; about half a minute).
 # The model's large bounds, which `cargo test --workspace` leaves out (the
 # tests marked ignored in crates/model/tests/guards.rs); .ci/run runs them.
 ## check-model: the model checked at its large bounds (three presses, faults together)
 check-model:
 	cargo test -p model --test guards -- --ignored
 
+# Every mutant of the shared decisions caught by a test (installs
+# cargo-mutants from crates.io when missing; about half a minute).
 ## mutants: cargo mutants over crates/protocol; fails on a surviving mutant
 mutants:
 	command -v cargo-mutants >/dev/null || cargo install --locked cargo-mutants
