@@ -94,9 +94,14 @@ pub async fn spawn_app_on(config: Config, time: ManualTime) -> TestApp {
     let sweeper = app.sweeper();
     let supervisor = app.supervisor();
     let (tx, rx) = tokio::sync::oneshot::channel();
-    tokio::spawn(app.run_until_stopped(async {
-        let _ = rx.await;
-    }));
+    let leaves = teardown::LeavesOnDrop(config.redis_key_prefix.clone());
+    tokio::spawn(async move {
+        let _leaves = leaves;
+        app.run_until_stopped(async {
+            let _ = rx.await;
+        })
+        .await
+    });
     TestApp {
         address,
         config,
@@ -272,7 +277,6 @@ impl Drop for TestApp {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
-        teardown::left(&self.config.redis_key_prefix);
     }
 }
 

@@ -5,12 +5,19 @@
 //! while another serves on, so the prefix is cleaned only when the last
 //! application using it is dropped.
 //!
-//! An application may still be stopping then: its next registry check
-//! would find the registry gone and no member in Postgres, and declare an
-//! empty one complete again (256 group epochs and a few control keys under
-//! a prefix nobody cleans). So the prefix's layout key is set first to a
-//! version no release reads, with a TTL: a replica that meets it stops
-//! serving and writes nothing more, and the key goes by itself.
+//! An in-process application counts as gone when the task running it ends
+//! ([`LeavesOnDrop`]), not when the test drops its handle: a registry check
+//! under way between reading the layout and declaring an empty registry
+//! complete would write the keys back (its reads and writes span several
+//! slots, so no script makes them one step).
+//!
+//! An application of another kind (a balancer a script started) may still
+//! be running then: its next registry check would find the registry gone
+//! and no member in Postgres, and declare an empty one complete again (256
+//! group epochs and a few control keys under a prefix nobody cleans). So
+//! the prefix's layout key is set first to a version no release reads, with
+//! a TTL: a replica that meets it stops serving and writes nothing more,
+//! and the key goes by itself.
 //!
 //! [`TestApp::press`]: super::TestApp::press
 
@@ -36,6 +43,17 @@ pub fn joined(prefix: &str) {
 pub fn pressed(prefix: &str, session_id: &str) {
     if let Some((_, sessions)) = live().get_mut(prefix) {
         sessions.insert(session_id.to_owned());
+    }
+}
+
+/// Calls [`left`] when dropped: held by the task that runs an in-process
+/// application, so it leaves once its loops have stopped or its runtime
+/// has dropped them.
+pub struct LeavesOnDrop(pub String);
+
+impl Drop for LeavesOnDrop {
+    fn drop(&mut self) {
+        left(&self.0);
     }
 }
 
