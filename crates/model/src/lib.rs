@@ -23,5 +23,5 @@
 mod check;
 mod state;
 
-pub use check::{check, Report};
+pub use check::{check, check_until_broken, shortest_counterexamples, Report};
 pub use state::{Action, Answer, Guards, Part, Protocol, State};

@@ -6,7 +6,7 @@
 //! property broken. `GUARDS=all` checks only with every guard in,
 //! `GUARDS=<guard>` with every guard and without that one.
 
-use model::{check, Guards, Protocol};
+use model::{shortest_counterexamples, Guards, Protocol};
 
 fn main() {
     // TAKEN_OUT=a,b: these guards are out of every run (to see what one
@@ -38,7 +38,7 @@ fn main() {
     let chosen = |name: &str| only.is_empty() || name == "every guard" || name.ends_with(&only);
     for (name, guards) in runs.into_iter().filter(|(name, _)| chosen(name)) {
         let started = std::time::Instant::now();
-        let report = check(Protocol {
+        let report = shortest_counterexamples(Protocol {
             guards,
             presses,
             outstanding,
