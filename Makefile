@@ -47,9 +47,11 @@ fmt:
 
 # The model's large bounds, which `cargo test --workspace` leaves out (the
 # tests marked ignored in crates/model/tests/guards.rs); .ci/run runs them.
+# `--workspace` resolves features as `cargo test --workspace` does, so the
+# binary it built is reused (`-p model` would build every dependency again).
 ## check-model: the model checked at its large bounds (three presses, faults together)
 check-model:
-	cargo test -p model --test guards -- --ignored
+	cargo test --workspace --test guards -- --ignored
 
 # Every mutant of the shared decisions caught by a test (installs
 # cargo-mutants from crates.io when missing; about half a minute).

@@ -15,5 +15,7 @@ echo "REDIS_URL=$url"
 # Skipped here, run on one Redis: the hung-node scenario's check that the
 # healthy nodes keep half their press rate is a timing ratio, which the
 # cluster's three extra servers on two CPUs pushed just under (827 vs 1845/2).
-REDIS_URL=$url cargo test --test api --test faults -- --test-threads 2 \
+# `--workspace`: features resolved as `cargo test --workspace` does, so
+# its test binaries are reused, not built again.
+REDIS_URL=$url cargo test --workspace --test api --test faults -- --test-threads 2 \
     --skip a_hung_node_never_pushes_a_count_above_the_truth_and_stalls_only_itself
