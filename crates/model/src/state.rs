@@ -79,6 +79,13 @@ pub struct Guards {
     /// failover, with what the replicas showed. Out, the wipe unmaps them
     /// from their last archive.
     pub recovery_fails_over: bool,
+    /// A node without clean tokens that was declared down because its
+    /// `/clean` timed out is not recovered by health checks: that clean may
+    /// still reach it after it serves again and forget what it counted
+    /// since. It stays down until an admin adds it again. (A node with
+    /// clean tokens refuses a clean older than its last one: it recovers
+    /// by itself.)
+    pub clean_timeout_keeps_down: bool,
 }
 
 impl Guards {
@@ -100,10 +107,11 @@ impl Guards {
         journal: true,
         hand_over: true,
         recovery_fails_over: true,
+        clean_timeout_keeps_down: true,
     };
 
     /// Every guard's name, as [`Guards::without`] takes it.
-    pub const NAMES: [&'static str; 16] = [
+    pub const NAMES: [&'static str; 17] = [
         "unknown_is_504",
         "retry_only_unsent",
         "answer_before_timer",
@@ -120,6 +128,7 @@ impl Guards {
         "journal",
         "hand_over",
         "recovery_fails_over",
+        "clean_timeout_keeps_down",
     ];
 
     /// These guards with the one named taken out (`None`: no such guard).
@@ -142,6 +151,7 @@ impl Guards {
             "journal" => &mut g.journal,
             "hand_over" => &mut g.hand_over,
             "recovery_fails_over" => &mut g.recovery_fails_over,
+            "clean_timeout_keeps_down" => &mut g.clean_timeout_keeps_down,
             _ => return None,
         };
         *guard = false;
@@ -166,6 +176,7 @@ impl Guards {
         journal: true,
         hand_over: false,
         recovery_fails_over: false,
+        clean_timeout_keeps_down: false,
     };
 }
 
@@ -202,13 +213,10 @@ pub struct Protocol {
     /// How many times a cleaner may die after sending `/clean`.
     pub cleaner_deaths: u8,
     /// How many times a node marked down may answer its health checks
-    /// again and be recovered (wiped and brought back up).
+    /// again and be recovered (wiped and brought back up). A `/clean`
+    /// whose timer fired may still be on the wire then, and reach the node
+    /// after it serves again.
     pub recoveries: u8,
-    /// Whether a `/clean` whose timer fired may still reach its node after
-    /// the node was recovered (a network that delivers it that late, or a
-    /// proxy that holds it): an assumption on nodes, off in every check
-    /// but the one that shows what it costs.
-    pub late_clean: bool,
     /// How many nodes fence (from node 0): they refuse a press older than
     /// their last clean, and their archive rows carry the clean's token.
     /// The rest speak the task's API only. 1 by default.
@@ -218,6 +226,12 @@ pub struct Protocol {
 impl Protocol {
     fn fences(&self, node: usize) -> bool {
         node < self.fencing as usize
+    }
+
+    /// Whether the node stamps and honours clean tokens: the fencing ones,
+    /// while the guard is in.
+    fn takes_tokens(&self, node: usize) -> bool {
+        self.guards.clean_tokens && self.fences(node)
     }
 }
 
@@ -410,6 +424,9 @@ pub struct State {
     /// failover's fence up now.
     pub handed: Option<u8>,
     pub down: [bool; NODES],
+    /// Declared down by its clean's timer while taking no clean tokens:
+    /// not recovered by health checks (`clean_timeout_keeps_down`).
+    pub held_down: [bool; NODES],
     /// The fencing epoch recorded for each node (its last clean's token).
     pub epoch: [u8; NODES],
     pub fence: [bool; NODES],
@@ -432,6 +449,9 @@ pub struct State {
     pub version: u8,
     // Nodes.
     pub count: [u8; NODES],
+    /// The epoch of the press that started a node's count, at the nodes
+    /// that take clean tokens (0 while it has none).
+    pub since: [u8; NODES],
     /// The fencing nodes' floors: presses with an older epoch are refused.
     pub floor: [u8; NODES],
     // The network, sorted.
@@ -856,6 +876,7 @@ impl Model for Protocol {
             lives: 0,
             handed: None,
             down: [false; NODES],
+            held_down: [false; NODES],
             epoch: [0; NODES],
             fence: [false; NODES],
             unmapped_at: 0,
@@ -867,6 +888,7 @@ impl Model for Protocol {
             tokens: Vec::new(),
             version: 0,
             count: [0; NODES],
+            since: [0; NODES],
             floor: [0; NODES],
             net: Vec::new(),
             replicas: Default::default(),
@@ -1036,17 +1058,8 @@ impl Model for Protocol {
                                 || !self.guards.gate
                                 || s.replicas[r].in_gate[n] == 0
                         });
-                        // An assumption on the node, not a step of ours: a
-                        // `/clean` it received before it was declared down
-                        // (its clean's timer fired) is over at the node
-                        // before it answers its health checks again (the
-                        // gap: model.md, "Recovery").
-                        let no_stale_clean = self.late_clean
-                            || !s
-                                .net
-                                .iter()
-                                .any(|m| matches!(m, Msg::Clean { node: to, .. } if *to == node));
-                        if s.down[n] && moved_off && gates_clear && no_stale_clean {
+                        let held = self.guards.clean_timeout_keeps_down && s.held_down[n];
+                        if s.down[n] && moved_off && gates_clear && !held {
                             actions.push(Action::NodeRecovers { node });
                         }
                     }
@@ -1386,6 +1399,9 @@ impl Model for Protocol {
                         let count = if g.fencing_epoch && self.fences(n) && epoch < s.floor[n] {
                             None
                         } else {
+                            if s.count[n] == 0 && self.takes_tokens(n) {
+                                s.since[n] = epoch;
+                            }
                             s.count[n] += 1;
                             s.truth += 1;
                             s.presses[press as usize].counted += 1;
@@ -1411,6 +1427,15 @@ impl Model for Protocol {
                         archive,
                     } => {
                         let n = node as usize;
+                        if self.takes_tokens(n) && s.count[n] > 0 && s.since[n] >= token {
+                            // The count started under this clean's token or
+                            // a newer one (a late clean, its timer fired, or
+                            // one sent again): it takes nothing
+                            // (click-node's `Counts::snapshot`).
+                            s.floor[n] = s.floor[n].max(token);
+                            s.send(Msg::Cleaned { node, token });
+                            return Some(s);
+                        }
                         if archive {
                             let stamp = if self.fences(n) { token } else { 0 };
                             if s.count[n] > 0 {
@@ -1421,6 +1446,7 @@ impl Model for Protocol {
                             s.truth -= s.count[n];
                         }
                         s.count[n] = 0;
+                        s.since[n] = 0;
                         s.floor[n] = s.floor[n].max(token);
                         s.send(Msg::Cleaned { node, token });
                     }
@@ -1516,6 +1542,7 @@ impl Model for Protocol {
                     s.shown_top = 0;
                 }
                 s.count[n] = 0;
+                s.since[n] = 0;
                 s.floor[n] = 0;
                 s.restarts += 1;
             }
@@ -1538,7 +1565,9 @@ impl Model for Protocol {
                 s.epoch[n] = token;
                 s.floor[n] = s.floor[n].max(token);
                 s.count[n] = 0;
+                s.since[n] = 0;
                 s.down[n] = false;
+                s.held_down[n] = false;
                 for (replica, heard) in s.replicas.iter_mut().zip(heard) {
                     if heard {
                         replica.mark += 1;
@@ -1607,6 +1636,7 @@ impl Model for Protocol {
                 };
                 s.tokens[token as usize - 1] = Token::Revoked;
                 s.mark_down(node, None);
+                s.held_down[node as usize] = !self.takes_tokens(node as usize);
                 s.fail_over(node, g.clean_tokens, false);
                 s.may_replay(Replay::Unmap { node }, self.replays);
                 s.lower_fence(node);
@@ -1779,7 +1809,6 @@ mod tests {
             fencing: 1,
             cleaner_deaths: 0,
             recoveries: 0,
-            late_clean: false,
         };
         let mut s = protocol.init_states().remove(0);
         s.presses.push(Press {

@@ -52,8 +52,6 @@ fn main() {
             fencing,
             cleaner_deaths,
             recoveries,
-            // LATE_CLEAN=1: a /clean may reach its node after its recovery.
-            late_clean: std::env::var("LATE_CLEAN").is_ok_and(|v| v == "1"),
         });
         println!(
             "{name}: {} states in {:.1?}",
