@@ -131,13 +131,17 @@ impl AdminCli {
                 .unwrap_or_else(|| answer.to_string());
             return Err(CliError::Refused { status, message });
         }
-        let warning = (answer["result"] == "added" && answer["state"] == "down").then(|| {
-            format!(
-                "{} was added but is down ({}); it is brought up once it answers its health checks",
-                answer["address"].as_str().unwrap_or_default(),
+        let address = answer["address"].as_str().unwrap_or_default();
+        let warning = match (answer["result"].as_str(), answer["state"] == "down") {
+            (Some("added"), true) => Some(format!(
+                "{address} was added but is down ({}); it is brought up once it answers its health checks",
                 answer["reason"].as_str().unwrap_or("no reason given"),
-            )
-        });
+            )),
+            (Some("released"), true) => Some(format!(
+                "{address} is no longer held down but did not answer yet; it is brought up once it answers its health checks"
+            )),
+            _ => None,
+        };
         Ok((
             serde_json::to_string_pretty(&answer).unwrap_or_default(),
             warning,

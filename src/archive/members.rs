@@ -17,6 +17,10 @@ pub struct Member {
     /// An admin drained it: it stays drained through a down spell (its
     /// state is then `down`). Read only: set by [`Archive::set_member_draining`].
     pub draining: bool,
+    /// Down until an admin adds it again (`NodeRecord::held_down`). Read
+    /// only: set by [`Archive::set_member_held_down`]; a new registration
+    /// clears it.
+    pub held_down: bool,
     /// The instance id the node reported when it was last wiped, if any.
     pub instance: Option<String>,
     /// The node's number (see the `node_numbers` migration): assigned by
@@ -35,7 +39,7 @@ impl Archive {
                  VALUES ($1, $2, $3, $4, $5, $6)
                  ON CONFLICT (cluster, address) DO UPDATE SET name = EXCLUDED.name,
                    weight = EXCLUDED.weight, state = EXCLUDED.state,
-                   instance = EXCLUDED.instance,
+                   instance = EXCLUDED.instance, held_down = false,
                    updated_at = now()
                  RETURNING number",
             )
@@ -109,6 +113,24 @@ impl Archive {
         .await
     }
 
+    /// Records that the node is held down until an admin adds it again,
+    /// or (`false`) that an admin did.
+    pub async fn set_member_held_down(&self, address: &str, held: bool) -> ArchiveResult<()> {
+        self.run("recording a node's hold in Postgres", async {
+            sqlx::query(
+                "UPDATE nodes SET held_down = $3, updated_at = now()
+                 WHERE cluster = $1 AND address = $2",
+            )
+            .bind(self.cluster())
+            .bind(address)
+            .bind(held)
+            .execute(self.pool())
+            .await
+            .map(drop)
+        })
+        .await
+    }
+
     pub async fn set_member_weight(&self, address: &str, weight: u32) -> ArchiveResult<()> {
         self.run("recording a node's weight in Postgres", async {
             sqlx::query(
@@ -140,7 +162,7 @@ impl Archive {
     pub async fn members(&self) -> ArchiveResult<Vec<Member>> {
         self.run("listing nodes in Postgres", async {
             sqlx::query_as(
-                "SELECT address, name, weight, state, draining, instance, number
+                "SELECT address, name, weight, state, draining, held_down, instance, number
                  FROM nodes WHERE cluster = $1 ORDER BY address",
             )
             .bind(self.cluster())

@@ -69,6 +69,9 @@ pub struct NodeView {
     /// Why the node is down, when it is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Down until an admin adds it again: health checks do not bring it
+    /// back (a `/clean` to it timed out, and it takes no clean tokens).
+    pub held_down: bool,
     /// What it offers beyond `/press` and `/clean`, as last detected.
     pub offers: Offers,
 }
@@ -82,6 +85,9 @@ pub enum Outcome {
     Unchanged,
     Draining,
     Removed,
+    /// `add` of a node held down: the hold is lifted (and the node
+    /// recovered, if it answers).
+    Released,
 }
 
 impl Outcome {
@@ -92,6 +98,7 @@ impl Outcome {
             Outcome::Unchanged => "unchanged",
             Outcome::Draining => "draining",
             Outcome::Removed => "removed",
+            Outcome::Released => "released",
         }
     }
 }
@@ -164,6 +171,9 @@ impl NodeAdmin {
         let address = validate(address, name, weight)?;
         let requested_weight = weight;
         if let Some(existing) = self.store().nodes.get_node(address.as_str()).await? {
+            if existing.held_down {
+                return self.release(existing, actor).await;
+            }
             return self.re_add(existing, requested_weight, actor).await;
         }
         let name = name.map(str::to_owned);
@@ -184,6 +194,7 @@ impl NodeAdmin {
                 active_sessions: 0,
                 instance: health.instance.clone(),
                 reason,
+                held_down: false,
                 number: 0,
                 offers: health.offers,
                 epoch: token as u64,
@@ -198,6 +209,7 @@ impl NodeAdmin {
                     state: state.as_str().to_owned(),
                     draining: false,
                     instance: health.instance,
+                    held_down: false,
                     number: 0,
                 })
                 .await?;
@@ -298,6 +310,43 @@ impl NodeAdmin {
         Ok((existing, outcome))
     }
 
+    /// An admin's add of a node held down (`NodeRecord::held_down`): the
+    /// admin's word that no `/clean` sent to it earlier is still on its way
+    /// (the node was restarted, or nothing between holds requests). The
+    /// hold is lifted, Postgres first, and the node recovered now if it
+    /// answers (wiped, failed over first); else the health checks bring it
+    /// back once it does.
+    async fn release(
+        &self,
+        existing: NodeRecord,
+        actor: Actor,
+    ) -> Result<(NodeRecord, Outcome), AdminError> {
+        let addr = existing.address.as_str();
+        self.archive().set_member_held_down(addr, false).await?;
+        self.store().nodes.set_node_held_down(addr, false).await?;
+        let reason = "added again by an admin: the health checks bring it back once it answers";
+        self.store()
+            .nodes
+            .set_node_notes(addr, reason, None)
+            .await?;
+        info!(node = %addr, "hold lifted by an admin's add");
+        self.archive()
+            .record(NodeEvent::new(actor, addr, "released").reason(reason));
+        if self.registry.recover(addr).await? {
+            if let Some(entry) = self.table().get(addr) {
+                entry.evidence.recovered();
+            }
+        }
+        let record = self
+            .store()
+            .nodes
+            .get_node(addr)
+            .await?
+            .ok_or_else(|| AdminError::UnknownNode(addr.to_owned()))?;
+        self.table().upsert(&record);
+        Ok((record, Outcome::Released))
+    }
+
     /// Removes a node: no new sessions, then (under the fence, so no
     /// press is in flight to it on any replica) `/clean archive=true`, fold,
     /// unmap. Its sessions restore from the archive on their next press, on
@@ -369,6 +418,7 @@ impl NodeAdmin {
                     in_flight,
                     in_flight_limit,
                     reason: r.reason.filter(|_| r.state == NodeState::Down),
+                    held_down: r.held_down && r.state == NodeState::Down,
                     offers: r.offers,
                 }
             })

@@ -247,7 +247,7 @@ impl NodeRegistry {
     async fn recover_locked(&self, lock: &NodeLock) -> Result<bool, CleanError> {
         let addr = lock.node();
         match self.store().nodes.get_node(addr).await? {
-            Some(record) if record.state == NodeState::Down => {}
+            Some(record) if record.state == NodeState::Down && !record.held_down => {}
             _ => return Ok(false),
         }
         let wiped = match self.cleaner.wipe(lock).await {

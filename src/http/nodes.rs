@@ -97,7 +97,7 @@ impl NodeAnswer {
     post, path = "/node", tag = "admin", security(("admin_token" = [])),
     request_body(content = NodeCommand, content_type = "application/json"),
     responses(
-        (status = 200, description = "Done; `result` says what happened: `added`, `reweighted`, `unchanged`, `draining`, `removed`", body = NodeAnswer),
+        (status = 200, description = "Done; `result` says what happened: `added`, `reweighted`, `unchanged`, `draining`, `removed`, `released` (an add of a node held down: the hold lifted, the node recovered if it answers)", body = NodeAnswer),
         (status = 400, description = "`invalid_json`, `invalid_node`, `unknown_action`, `invalid_deadline`, `bad_body`", body = ErrorBody),
         (status = 401, description = "`unauthorized`: no valid admin token", body = ErrorBody),
         (status = 404, description = "`not_found`: no such node (drain, remove)", body = ErrorBody),

@@ -194,6 +194,7 @@ impl Rebuilder {
                     weight: record.weight as i32,
                     state: record.state.as_str().to_owned(),
                     draining: false,
+                    held_down: false,
                     instance: None,
                     number: 0,
                 })
@@ -223,10 +224,17 @@ impl Rebuilder {
             busy,
             |lock| async move {
                 let addr = lock.node().to_owned();
-                let (answered, epoch) = self
-                    .cleaner
-                    .archive_all(&lock, member.state != NodeState::Down.as_str())
-                    .await?;
+                // A node held down is not wiped either: that is a clean a
+                // late one could follow as well, and its answer would bring
+                // it up. It comes back down, held, with its last epoch.
+                let (answered, epoch) = match member.held_down {
+                    true => (false, 0),
+                    false => {
+                        self.cleaner
+                            .archive_all(&lock, member.state != NodeState::Down.as_str())
+                            .await?
+                    }
+                };
                 // What it offers is recorded from its answer only: one that
                 // does not say now comes back down, and the health checks
                 // bring it up once it does (hole 5, `NodeRegistry::recover`).
@@ -246,8 +254,14 @@ impl Rebuilder {
                     state,
                     active_sessions: 0,
                     instance: member.instance.clone(),
-                    reason: (!answered)
-                        .then(|| "did not answer during the registry rebuild".to_owned()),
+                    reason: match (member.held_down, answered) {
+                        (true, _) => Some(HELD_DOWN.to_owned()),
+                        (false, false) => {
+                            Some("did not answer during the registry rebuild".to_owned())
+                        }
+                        (false, true) => None,
+                    },
+                    held_down: member.held_down,
                     number: member.number as u64,
                     offers: offers.unwrap_or_default(),
                     epoch,
@@ -290,6 +304,10 @@ impl Rebuilder {
         self.store()
             .nodes
             .set_node_offers(addr, record.offers)
+            .await?;
+        self.store()
+            .nodes
+            .set_node_held_down(addr, record.held_down)
             .await?;
         self.store()
             .nodes
@@ -339,6 +357,9 @@ impl Rebuilder {
             .clone()
     }
 }
+
+/// Why a node held down comes back down from a rebuild.
+const HELD_DOWN: &str = "held down before the registry rebuild (a clean to it timed out and it takes no clean tokens): it stays down until an admin adds it again";
 
 /// What a node comes back as after the rebuild's clean, and whether it
 /// drains. A node that was draining has just archived every session: it

@@ -106,6 +106,7 @@ mod tests {
             active_sessions: 0,
             instance: None,
             reason: None,
+            held_down: false,
             number: 1,
             offers: Default::default(),
             epoch: 0,

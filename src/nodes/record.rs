@@ -57,6 +57,11 @@ pub struct NodeRecord {
     pub instance: Option<String>,
     /// Why the node is down, when it is.
     pub reason: Option<String>,
+    /// Down until an admin adds it again, not recovered by health checks:
+    /// it takes no clean tokens and a `/clean` to it timed out, so that
+    /// clean may still reach it after it serves again (design.md, "Held
+    /// down").
+    pub held_down: bool,
     /// Its number (Postgres assigns it): session mappings name their node
     /// by it.
     pub number: u64,
@@ -94,6 +99,7 @@ impl NodeRecord {
             active_sessions: sessions.unwrap_or(0),
             instance: get("instance").filter(|i| !i.is_empty()).map(str::to_owned),
             reason: get("reason").filter(|r| !r.is_empty()).map(str::to_owned),
+            held_down: get("held") == Some("1"),
             number: get("number").and_then(|n| n.parse().ok()).unwrap_or(0),
             offers: Offers::decode(get("offers").unwrap_or("")),
             epoch: get("epoch").and_then(|e| e.parse().ok()).unwrap_or(0),

@@ -15,6 +15,7 @@ mod failover;
 mod fencing;
 mod front;
 mod hardening;
+mod held_down;
 mod history;
 mod layout;
 mod leftovers;

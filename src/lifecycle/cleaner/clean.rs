@@ -246,7 +246,10 @@ impl NodeCleaner {
             if source.is_unreachable() {
                 warn!(node = %addr, error = %source, "node did not answer its clean; declaring it down");
                 let reason = format!("did not answer a clean: {source}");
-                self.declare_down(lock, &reason).await?;
+                // Sent, and maybe on its way still (what may have counted a
+                // press may have reached the node).
+                self.declare_down(lock, &reason, source.may_have_counted())
+                    .await?;
                 self.move_sessions_off(fence).await?;
             }
             self.store
@@ -379,7 +382,8 @@ impl NodeCleaner {
                 // the node is failed over, so nothing it forgot is counted
                 // from zero.
                 generation if this.archive.token_revoked(generation).await? => {
-                    this.declare_down(&lock, "an interrupted clean was given up").await?;
+                    this.declare_down(&lock, "an interrupted clean was given up", true)
+                        .await?;
                     let unmapped = this.move_sessions_off(&fence).await?;
                     this.store.fences.end_journal(lock.lock(), &addr, journal.seq, None).await?;
                     CleanReport {

@@ -200,12 +200,33 @@ impl NodeCleaner {
 
     /// Marks the node down, under its lock: in this view first, then in
     /// Redis (only while the lock is still this operation's).
+    /// `clean_may_arrive`: the node may yet receive a `/clean` this
+    /// operation sent. A node without clean tokens cannot tell that clean
+    /// from a new one, so it is held down until an admin adds it again
+    /// (design.md, "Held down"). The hold is written first, Postgres then
+    /// Redis, so no recovery ever finds the node down without it.
     pub(super) async fn declare_down(
         &self,
         lock: &NodeLock,
         reason: &str,
+        clean_may_arrive: bool,
     ) -> Result<(), CleanError> {
         let addr = lock.node();
+        let takes_tokens = self
+            .store
+            .nodes
+            .get_node(addr)
+            .await?
+            .is_some_and(|record| record.offers.clean_tokens);
+        let held = clean_may_arrive && !takes_tokens;
+        let reason = match held {
+            true => format!("{reason}; it takes no clean tokens, so that clean may still reach it: it stays down until an admin adds it again"),
+            false => reason.to_owned(),
+        };
+        if held {
+            self.archive.set_member_held_down(addr, true).await?;
+            self.store.nodes.set_node_held_down(addr, true).await?;
+        }
         if let Some(entry) = self.table.get(addr) {
             entry.set_state(NodeState::Down);
         }
@@ -226,7 +247,7 @@ impl NodeCleaner {
                 addr,
                 Actor::Clean,
                 before,
-                reason,
+                &reason,
             )
             .await;
         }

@@ -227,6 +227,18 @@ impl Nodes {
         Ok(())
     }
 
+    /// Records that a registered node is held down until an admin adds it
+    /// again (`NodeRecord::held_down`), or that an admin did.
+    pub async fn set_node_held_down(&self, address: &str, held: bool) -> StoreResult<()> {
+        self.set_node_field(
+            address,
+            "held",
+            if held { "1" } else { "0" },
+            "recording a node's hold in Redis",
+        )
+        .await
+    }
+
     /// Records what a registered node offers beyond the task's API.
     pub async fn set_node_offers(&self, address: &str, offers: Offers) -> StoreResult<()> {
         self.set_node_field(
