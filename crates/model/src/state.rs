@@ -221,6 +221,11 @@ pub struct Protocol {
     /// their last clean, and their archive rows carry the clean's token.
     /// The rest speak the task's API only. 1 by default.
     pub fencing: u8,
+    /// Whether "a failover loses no click shown by a replica it heard
+    /// from" judges the failover a clean's timer runs too (a node that dies
+    /// during a clean of it). Off while that failover hands nothing over
+    /// (issue 54): on, the checker shows the clicks it loses.
+    pub judge_clean_timer: bool,
 }
 
 impl Protocol {
@@ -1637,7 +1642,7 @@ impl Model for Protocol {
                 s.tokens[token as usize - 1] = Token::Revoked;
                 s.mark_down(node, None);
                 s.held_down[node as usize] = !self.takes_tokens(node as usize);
-                s.fail_over(node, g.clean_tokens, false);
+                s.fail_over(node, g.clean_tokens, self.judge_clean_timer);
                 s.may_replay(Replay::Unmap { node }, self.replays);
                 s.lower_fence(node);
             }
@@ -1807,6 +1812,7 @@ mod tests {
             deadlines: 0,
             replays: 0,
             fencing: 1,
+            judge_clean_timer: false,
             cleaner_deaths: 0,
             recoveries: 0,
         };
