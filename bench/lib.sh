@@ -71,9 +71,12 @@ error_log $WORK/nginx/error.log warn;
 events { worker_connections 4096; }
 http {
   access_log off;
+  # keepalive: idle upstream connections kept, above the largest CONNS
+  # run (at 128, nginx reconnected under 256 clients: 31.8 us of node CPU
+  # a press against 17.3 for the others).
   upstream nodes {
     hash \$http_x_session_id consistent;
-$servers    keepalive 128;
+$servers    keepalive 1024;
   }
   server {
     listen 127.0.0.1:$1;
