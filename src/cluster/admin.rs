@@ -172,7 +172,7 @@ impl NodeAdmin {
         let requested_weight = weight;
         if let Some(existing) = self.store().nodes.get_node(address.as_str()).await? {
             if existing.held_down {
-                return self.release(existing, actor).await;
+                return self.release(existing, requested_weight, actor).await;
             }
             return self.re_add(existing, requested_weight, actor).await;
         }
@@ -319,6 +319,7 @@ impl NodeAdmin {
     async fn release(
         &self,
         existing: NodeRecord,
+        weight: Option<u32>,
         actor: Actor,
     ) -> Result<(NodeRecord, Outcome), AdminError> {
         let addr = existing.address.as_str();
@@ -343,7 +344,8 @@ impl NodeAdmin {
             .get_node(addr)
             .await?
             .ok_or_else(|| AdminError::UnknownNode(addr.to_owned()))?;
-        self.table().upsert(&record);
+        // A weight given with the add applies as to any node added again.
+        let (record, _) = self.re_add(record, weight, actor).await?;
         Ok((record, Outcome::Released))
     }
 

@@ -125,9 +125,10 @@ async fn a_node_without_tokens_whose_clean_timed_out_stays_down_until_an_admin_a
     still_held_when_the_health_checks_recover_another(&app, &stalling, &other).await;
 
     let (status, body) = app
-        .node_command(json!({ "action": "add", "address": stalling.address }))
+        .node_command(json!({ "action": "add", "address": stalling.address, "weight": 3 }))
         .await;
     assert_eq!(status, 200, "{body}");
+    assert_eq!(body["weight"], 3, "the add's weight applies: {body}");
     assert_eq!(
         (&body["result"], &body["state"]),
         (&json!("released"), &json!("up")),
