@@ -180,6 +180,71 @@ async fn conform(variant: Variant) {
     }
 }
 
+/// Issue 54 (contract §4.21): a node of the task's API (no clean tokens)
+/// killed with kill -9 while a clean of it is in flight (an admin's
+/// removal, its `/clean` held at the node until the kill, so the test does
+/// not rest on luck) loses no click its users were shown, under eight
+/// closed-loop clients on two replicas: the clean's failover hands over
+/// what the replicas showed, and nothing is counted twice or above the
+/// truth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_during_a_clean_of_it_loses_no_click_a_user_was_shown() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let config = test_config();
+    let first = Arc::new(spawn_app_with(config.clone()).await);
+    let second = spawn_app_with(config).await;
+    let marker = std::env::temp_dir().join(unique("held-clean"));
+    let a = TaskNode::start(Variant::TaskOnly, None);
+    let mut b = TaskNode::holding_cleans(&marker);
+    first.add_node(&a.address, "a").await;
+    first.add_node(&b.address, "b").await;
+    let urls = vec![first.address.clone(), second.address.clone()];
+    let sessions: Vec<String> = (0..16).map(|i| unique(&format!("held{i}"))).collect();
+    let load = {
+        let (urls, sessions) = (urls.clone(), sessions.clone());
+        tokio::spawn(async move { checker::run(&urls, &sessions, 8, Duration::from_secs(8)).await })
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let removal = {
+        let (app, address) = (first.clone(), b.address.clone());
+        tokio::spawn(async move {
+            app.node_command(json!({ "action": "remove", "address": address }))
+                .await
+        })
+    };
+    testkit::eventually(
+        Duration::from_secs(10),
+        "the removal's /clean held at the node",
+        || async { testkit::holds(marker.exists(), || ()) },
+    )
+    .await;
+    b.kill();
+    let (status, body) = removal.await.unwrap();
+    let (report, finals) = load.await.unwrap();
+    let _ = std::fs::remove_file(&marker);
+    println!(
+        "{}",
+        report.summary(
+            "kill -9 of a task-API node during its removal's clean",
+            Some("b")
+        )
+    );
+    assert_eq!(status, 200, "the removal: {body}");
+    let shown_by_b = report
+        .answers
+        .iter()
+        .filter(|answer| answer.served_by.as_deref() == Some("b") && answer.clicks.is_some())
+        .count();
+    assert!(shown_by_b > 0, "b showed nothing: nothing to lose");
+    assert!(report.above_truth.is_empty(), "{:?}", report.above_truth);
+    let beyond = report.loss_beyond_unshown(&finals);
+    assert!(
+        beyond.is_empty(),
+        "lost clicks users were shown: {beyond:?}"
+    );
+    assert_eq!(report.repeats, 0, "answers repeated");
+}
+
 /// Presses each session once; each must answer its last count plus one.
 async fn press_each_exactly(
     app: &TestApp,

@@ -78,8 +78,16 @@ impl Archive {
     /// completed in the same transaction (so no failover revokes it in
     /// between, and the fold takes it as a clean's). A row whose base holds
     /// as much already is left alone: the archive never goes down. Returns
-    /// the rows written.
-    pub async fn archive_shown(&self, node: &str, totals: &[(String, i64)]) -> ArchiveResult<u64> {
+    /// the rows written. `close`: the node stamps no token, so its late
+    /// `/clean` could archive the same clicks again; the rows written are
+    /// closed to such writes until [`open_rows`](Self::open_rows)
+    /// (migrations/20261207000002_late_rows.sql).
+    pub async fn archive_shown(
+        &self,
+        node: &str,
+        totals: &[(String, i64)],
+        close: bool,
+    ) -> ArchiveResult<u64> {
         let mut totals = totals.to_vec();
         // In `session_id` order, as every multi-row write locks its rows.
         totals.sort();
@@ -100,16 +108,17 @@ impl Archive {
                 .fetch_one(&mut *tx)
                 .await?;
                 let written = sqlx::query(
-                    "INSERT INTO session_archive AS a (session_id, clicks, generation, archived_at)
-                 SELECT id, total, $3, now() FROM UNNEST($1::varchar[], $2::int[]) AS h(id, total)
+                    "INSERT INTO session_archive AS a (session_id, clicks, generation, archived_at, closed)
+                 SELECT id, total, $3, now(), $4 FROM UNNEST($1::varchar[], $2::int[]) AS h(id, total)
                  ON CONFLICT (session_id) DO UPDATE
                  SET clicks = EXCLUDED.clicks - a.base_clicks, generation = EXCLUDED.generation,
-                     archived_at = EXCLUDED.archived_at
+                     archived_at = EXCLUDED.archived_at, closed = a.closed OR EXCLUDED.closed
                  WHERE a.base_clicks < EXCLUDED.clicks",
                 )
                 .bind(&ids)
                 .bind(&clicks)
                 .bind(token)
+                .bind(close)
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
@@ -117,6 +126,24 @@ impl Archive {
                 Ok(written)
             },
         )
+        .await
+    }
+
+    /// Opens the rows of `sessions` the hand-over closed (`archive_shown`),
+    /// just before a clean of the node they are on: what that node archives
+    /// for them now is theirs. `None`: every closed row, for the rebuild's
+    /// cleans, which know no session by name.
+    pub async fn open_rows(&self, sessions: Option<&[String]>) -> ArchiveResult<u64> {
+        self.run("opening archive rows in Postgres", async {
+            sqlx::query(
+                "UPDATE session_archive SET closed = false
+                 WHERE closed AND ($1::varchar[] IS NULL OR session_id = ANY($1))",
+            )
+            .bind(sessions)
+            .execute(self.pool())
+            .await
+            .map(|done| done.rows_affected())
+        })
         .await
     }
 

@@ -593,3 +593,103 @@ async fn a_placement_on_a_fold_older_than_the_sessions_last_unmap_folds_again() 
         late.body
     );
 }
+
+/// Issue 54: a session pressed 3 times on a node without clean tokens
+/// that is slow, not dead, during its removal's clean: the clean reaches
+/// the node and is held there, its timer fires, and the node is failed
+/// over with the hand-over; the session goes on on `next` (of the task's
+/// API too) from the 3 its user saw, and is pressed there once.
+async fn handed_over_from_a_slow_clean(
+    config: nodes_control::Config,
+) -> (
+    Arc<common::TestApp>,
+    String,
+    common::task_node::TaskNode,
+    common::task_node::TaskNode,
+) {
+    use common::task_node::{TaskNode, Variant};
+    let app = Arc::new(spawn_app_with(config).await);
+    let marker = std::env::temp_dir().join(unique("late-clean"));
+    let slow = TaskNode::holding_cleans(&marker);
+    app.add_node(&slow.address, "slow").await;
+    let session = unique("late-row");
+    for expected in 1..=3 {
+        assert_eq!(app.press(&session).await.clicks(), expected);
+    }
+    let next = TaskNode::start(Variant::TaskOnly, None);
+    app.add_node(&next.address, "next").await;
+    let removed = app.remove_node(&slow.address).await;
+    assert!(marker.exists(), "the clean reached the node: {removed}");
+    let _ = std::fs::remove_file(&marker);
+    let answer = app.press(&session).await;
+    assert_eq!(
+        (answer.clicks(), answer.served_by.as_deref()),
+        (4, Some("next")),
+        "goes on from the 3 shown"
+    );
+    (app, session, slow, next)
+}
+
+/// The late `/clean` then reaches the slow node, which archives its 3
+/// clicks as the task's nodes do (written here with their statement: the
+/// test's node holds the clean for ever). Those rows must not count beside
+/// the hand-over's: here `next` restarts (it archives nothing of the
+/// session), is removed, and the fold of its removal would find them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_clean_of_a_node_without_tokens_is_not_counted_beside_the_hand_over() {
+    let (app, session, _slow, mut next) = handed_over_from_a_slow_clean(test_config()).await;
+    sqlx::query(
+        "INSERT INTO session_archive (session_id, clicks, archived_at) VALUES ($1, 3, now())
+         ON CONFLICT (session_id) DO UPDATE SET clicks = EXCLUDED.clicks, archived_at = now()",
+    )
+    .bind(&session)
+    .execute(app.ctx.archive.pool())
+    .await
+    .unwrap();
+    next.restart(); // the 4th click is lost with it
+    let last = common::task_node::TaskNode::start(common::task_node::Variant::TaskOnly, None);
+    app.add_node(&last.address, "last").await;
+    app.remove_node(&next.address).await;
+    let answer = app.press(&session).await;
+    assert_eq!(answer.served_by.as_deref(), Some("last"));
+    assert!(
+        answer.clicks() <= 5,
+        "{} above the truth, 5: the late clean's clicks were counted again",
+        answer.clicks()
+    );
+}
+
+/// The row the hand-over closed is opened before a clean of the node the
+/// session is on: what `next` archives of it (the 4th click) counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_next_node_without_tokens_archives_of_a_handed_over_session_counts() {
+    let (app, session, _slow, next) = handed_over_from_a_slow_clean(test_config()).await;
+    let last = common::task_node::TaskNode::start(common::task_node::Variant::TaskOnly, None);
+    app.add_node(&last.address, "last").await;
+    app.remove_node(&next.address).await;
+    let answer = app.press(&session).await;
+    assert_eq!(
+        (answer.clicks(), answer.served_by.as_deref()),
+        (5, Some("last")),
+        "goes on from the 4 next archived"
+    );
+}
+
+/// After Redis forgot everything the rebuild knows no session by name: it
+/// opens every closed row before the nodes archive what they hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_redis_forgot_what_a_node_without_tokens_holds_of_a_handed_over_session_counts() {
+    let mut redis = common::process::RedisProcess::start(false);
+    let mut config = test_config();
+    config.redis_url = redis.url();
+    let (app, session, _slow, _next) = handed_over_from_a_slow_clean(config).await;
+    redis.kill();
+    redis.start_again(); // empty
+    app.wait_rebuilt().await;
+    let answer = app.press(&session).await;
+    assert_eq!(
+        (answer.clicks(), answer.served_by.as_deref()),
+        (5, Some("next")),
+        "goes on from the 4 next archived in the rebuild"
+    );
+}

@@ -83,8 +83,9 @@ async fn a_late_archive_never_replaces_a_row_written_under_a_newer_token() {
     assert_eq!(archive.fold_one(&session).await.unwrap(), 2);
 }
 
-/// A node that hangs in its clean is failed over by that clean; what it
-/// archives late, under the revoked token, is never counted.
+/// A node that hangs in its clean is failed over by that clean, with what
+/// the replica showed handed over; what it archives late, under the
+/// revoked token, is never counted beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clean_the_node_never_answers_revokes_its_token_and_moves_its_sessions() {
     common::ensure_database().await;
@@ -125,7 +126,8 @@ async fn a_clean_the_node_never_answers_revokes_its_token_and_moves_its_sessions
         "moved off"
     );
     let revoked: Vec<bool> =
-        sqlx::query_scalar("SELECT revoked FROM clean_tokens WHERE cluster = $1 AND node = $2")
+        // The hand-over's own token is issued completed.
+        sqlx::query_scalar("SELECT revoked FROM clean_tokens WHERE cluster = $1 AND node = $2 AND NOT completed")
             .bind(&app.config.redis_key_prefix)
             .bind(&hung.address)
             .fetch_all(app.ctx.archive.pool())
@@ -137,11 +139,12 @@ async fn a_clean_the_node_never_answers_revokes_its_token_and_moves_its_sessions
     );
     // It wakes up. click-node drops a clean whose caller hung up, so the
     // late archive a node may write after the balancer gave up on it (a
-    // third-party node finishing its write) is written here as the node
-    // writes it: its 3 clicks under the clean's token, now revoked.
+    // node finishing its write) is written here as click-node writes it
+    // (crates/click-node/src/archive.rs): its 3 clicks under the clean's
+    // token, now revoked.
     hung.resume();
     let token: i64 = sqlx::query_scalar(
-        "SELECT max(generation) FROM clean_tokens WHERE cluster = $1 AND node = $2",
+        "SELECT max(generation) FROM clean_tokens WHERE cluster = $1 AND node = $2 AND revoked",
     )
     .bind(&app.config.redis_key_prefix)
     .bind(&hung.address)
@@ -152,21 +155,26 @@ async fn a_clean_the_node_never_answers_revokes_its_token_and_moves_its_sessions
         "INSERT INTO session_archive (session_id, clicks, archived_at, generation)
          VALUES ($1, 3, now(), $2)
          ON CONFLICT (session_id) DO UPDATE
-           SET clicks = EXCLUDED.clicks, archived_at = now(), generation = EXCLUDED.generation",
+           SET clicks = EXCLUDED.clicks, archived_at = now(), generation = EXCLUDED.generation
+           WHERE session_archive.generation IS NULL OR session_archive.generation <= $2",
     )
     .bind(&session)
     .bind(token)
     .execute(app.ctx.archive.pool())
     .await
     .unwrap();
-    assert_eq!(written.rows_affected(), 1, "the late archive row is there");
+    assert_eq!(
+        written.rows_affected(),
+        0,
+        "the hand-over's row, under a newer token, is not replaced"
+    );
     // ...and are never counted.
     let answer = app.press(&session).await;
     assert_eq!(answer.served_by.as_deref(), Some("spare"));
     assert_eq!(
         answer.clicks(),
-        1,
-        "restored from its last archive (none), not from the late one"
+        4,
+        "goes on from the 3 shown (handed over), not from the late archive too"
     );
 }
 

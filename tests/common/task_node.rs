@@ -189,6 +189,25 @@ impl TaskNode {
         }
     }
 
+    /// The plainest node ([`Variant::TaskOnly`]), which holds every
+    /// `/clean` that archives for ever and creates `marker` when one arrives
+    /// (a wipe it does at once, as when it is added): a clean in
+    /// flight at the node for as long as a test wants, until it kills it.
+    pub fn holding_cleans(marker: &std::path::Path) -> Self {
+        let args = vec![
+            "--database-url".to_owned(),
+            super::database_url(),
+            "--hold-cleans".to_owned(),
+            marker.display().to_string(),
+        ];
+        let node = Process::start(free_port(), args);
+        Self {
+            address: format!("http://127.0.0.1:{}", node.port),
+            node,
+            _proxy: None,
+        }
+    }
+
     /// SIGKILL of the node (a proxy in front stays, answering 502).
     pub fn kill(&mut self) {
         self.node.kill();

@@ -118,6 +118,12 @@ def make_handler(args, counter):
                 words = "the button " if args.wording == "button" else ""
                 self.answer(200, f"You clicked {words}{count} times")
             elif self.path == "/clean":
+                if args.hold_cleans and body.get("archive"):
+                    # A test's fault: the clean is taken and never done;
+                    # the file tells the test it arrived (then it kills us).
+                    open(args.hold_cleans, "w").close()
+                    while True:
+                        time.sleep(3600)
                 try:
                     counter.clean(bool(body.get("archive")))
                 except Exception as error:  # the archive failed: nothing forgotten
@@ -190,6 +196,8 @@ def main():
     parser.add_argument("--min-delay-ms", type=float, default=0)
     parser.add_argument("--max-delay-ms", type=float, default=0)
     parser.add_argument("--health", action="store_true", help="also answer GET /health")
+    parser.add_argument("--hold-cleans", metavar="FILE",
+                        help="hold every /clean that archives for ever, creating FILE when one arrives")
     parser.add_argument("--tls", nargs=2, metavar=("CERT", "KEY"))
     parser.add_argument("--proxy-to", help="be a proxy in front of this node instead")
     args = parser.parse_args()

@@ -86,6 +86,20 @@ pub struct Guards {
     /// clean tokens refuses a clean older than its last one: it recovers
     /// by itself.)
     pub clean_timeout_keeps_down: bool,
+    /// Issue 54: a clean whose timer fires fails its node over as a
+    /// failover does: the replicas acknowledge a failover's fence, handing
+    /// over what they showed, and the failover archives it before it
+    /// unmaps. Out, the clean's timer unmaps the node's sessions from their
+    /// last archive, and a node that dies during a clean of it loses what
+    /// its users saw.
+    pub clean_timer_hands_over: bool,
+    /// Issue 54: a session's row the hand-over wrote for a node without
+    /// clean tokens takes no write of a node without tokens until a clean
+    /// of the node the session is on opens it: the failed node's late
+    /// `/clean` archive (the same clicks the hand-over archived) is not
+    /// added to them (`late_rows.sql`). Out, the late row and the
+    /// hand-over's are summed at the next fold.
+    pub late_rows_refused: bool,
 }
 
 impl Guards {
@@ -108,10 +122,12 @@ impl Guards {
         hand_over: true,
         recovery_fails_over: true,
         clean_timeout_keeps_down: true,
+        clean_timer_hands_over: true,
+        late_rows_refused: true,
     };
 
     /// Every guard's name, as [`Guards::without`] takes it.
-    pub const NAMES: [&'static str; 17] = [
+    pub const NAMES: [&'static str; 19] = [
         "unknown_is_504",
         "retry_only_unsent",
         "answer_before_timer",
@@ -129,6 +145,8 @@ impl Guards {
         "hand_over",
         "recovery_fails_over",
         "clean_timeout_keeps_down",
+        "clean_timer_hands_over",
+        "late_rows_refused",
     ];
 
     /// These guards with the one named taken out (`None`: no such guard).
@@ -152,6 +170,8 @@ impl Guards {
             "hand_over" => &mut g.hand_over,
             "recovery_fails_over" => &mut g.recovery_fails_over,
             "clean_timeout_keeps_down" => &mut g.clean_timeout_keeps_down,
+            "clean_timer_hands_over" => &mut g.clean_timer_hands_over,
+            "late_rows_refused" => &mut g.late_rows_refused,
             _ => return None,
         };
         *guard = false;
@@ -177,6 +197,8 @@ impl Guards {
         hand_over: false,
         recovery_fails_over: false,
         clean_timeout_keeps_down: false,
+        clean_timer_hands_over: false,
+        late_rows_refused: false,
     };
 }
 
@@ -221,11 +243,6 @@ pub struct Protocol {
     /// their last clean, and their archive rows carry the clean's token.
     /// The rest speak the task's API only. 1 by default.
     pub fencing: u8,
-    /// Whether "a failover loses no click shown by a replica it heard
-    /// from" judges the failover a clean's timer runs too (a node that dies
-    /// during a clean of it). Off while that failover hands nothing over
-    /// (issue 54): on, the checker shows the clicks it loses.
-    pub judge_clean_timer: bool,
 }
 
 impl Protocol {
@@ -450,6 +467,10 @@ pub struct State {
     pub rows: Vec<(u8, u8)>,
     /// Token states, by token number - 1.
     pub tokens: Vec<Token>,
+    /// The session's row was written by a hand-over for a node without
+    /// clean tokens: a write of such a node is refused until a clean of
+    /// the node the session is on opens it (`late_rows_refused`).
+    pub closed: bool,
     /// Bumped by every settled clean.
     pub version: u8,
     // Nodes.
@@ -772,14 +793,12 @@ impl State {
     }
 
     /// The failover's unmap: what the node counted since its last archive
-    /// is lost (mapped there, or not any more: after a rebuild's wipe).
-    /// The failover's unmap. `judged`: a failover's own fence (not a
-    /// clean's timer), whose acknowledgements hand over what each replica
-    /// showed: a click shown of the session's placement here and above
-    /// what the archive now holds is lost though every replica that showed
-    /// one was heard, unless one of them died meanwhile.
-    fn fail_over(&mut self, node: u8, clean_tokens: bool, judged: bool) {
-        if judged && matches!(self.mapping, Some((n, _)) if n == node) {
+    /// is lost (mapped there, or not any more: after a rebuild's wipe). A
+    /// click shown of the session's placement here and above what the
+    /// archive now holds is lost though every replica that showed one was
+    /// heard (acknowledged the fence), unless one of them died meanwhile.
+    fn fail_over(&mut self, node: u8, clean_tokens: bool) {
+        if matches!(self.mapping, Some((n, _)) if n == node) {
             let shown = self.life_shown.iter().copied().max().unwrap_or(0);
             let heard_all = (0..REPLICAS).all(|r| self.life_shown[r] == 0 || self.acked[r]);
             self.lost_shown |=
@@ -891,6 +910,7 @@ impl Model for Protocol {
             to_rebuild: [false; NODES],
             rows: Vec::new(),
             tokens: Vec::new(),
+            closed: false,
             version: 0,
             count: [0; NODES],
             since: [0; NODES],
@@ -1443,7 +1463,8 @@ impl Model for Protocol {
                         }
                         if archive {
                             let stamp = if self.fences(n) { token } else { 0 };
-                            if s.count[n] > 0 {
+                            let refused = g.late_rows_refused && stamp == 0 && s.closed;
+                            if s.count[n] > 0 && !refused {
                                 s.rows.push((stamp, s.count[n]));
                                 s.rows.sort();
                             }
@@ -1491,6 +1512,13 @@ impl Model for Protocol {
                     return None;
                 };
                 if archive {
+                    // `open_rows`: the rows of the node's sessions take its
+                    // archive again (the rebuild's clean knows no session:
+                    // it opens every row).
+                    let mapped_here = matches!(s.mapping, Some((n, _)) if n == node);
+                    if !self.takes_tokens(node as usize) && (mapped_here || s.rebuilding) {
+                        s.closed = false;
+                    }
                     s.tokens.push(Token::Issued);
                     let token = s.tokens.len() as u8;
                     s.send(Msg::Clean {
@@ -1510,9 +1538,12 @@ impl Model for Protocol {
                         s.rows.push((s.tokens.len() as u8, clicks));
                         s.rows.sort();
                         s.version += 1;
+                        // A node without tokens may yet archive the same
+                        // clicks under a clean whose timer fired.
+                        s.closed |= !self.takes_tokens(node as usize);
                     }
                     revoke_all(&mut s);
-                    s.fail_over(node, g.clean_tokens, true);
+                    s.fail_over(node, g.clean_tokens);
                     s.lower_fence(node);
                 }
             }
@@ -1558,7 +1589,7 @@ impl Model for Protocol {
                 // Out of the guard, the wipe's own unmap (it waited for
                 // every live replica, and hands nothing over).
                 s.acked = heard;
-                s.fail_over(node, g.clean_tokens, true);
+                s.fail_over(node, g.clean_tokens);
                 s.acked = [false; REPLICAS];
                 // The wipe's token: nothing archives under it; it fences
                 // out every older one. The node's counts are lost, not
@@ -1642,8 +1673,17 @@ impl Model for Protocol {
                 s.tokens[token as usize - 1] = Token::Revoked;
                 s.mark_down(node, None);
                 s.held_down[node as usize] = !self.takes_tokens(node as usize);
-                s.fail_over(node, g.clean_tokens, self.judge_clean_timer);
-                s.may_replay(Replay::Unmap { node }, self.replays);
+                if !g.clean_timer_hands_over {
+                    s.fail_over(node, g.clean_tokens);
+                    s.may_replay(Replay::Unmap { node }, self.replays);
+                }
+                // With the guard, the session stays on the down node until
+                // its failover (`hand_over_and_move`): a fence of its own,
+                // whose acknowledgements hand over what each replica
+                // showed. The replicas' gates open in between (each one
+                // honours the new fence as it polls), and the model lets
+                // any other step in there, though the code holds the
+                // node's lock throughout.
                 s.lower_fence(node);
             }
             Action::CleanerDies => {
@@ -1812,7 +1852,6 @@ mod tests {
             deadlines: 0,
             replays: 0,
             fencing: 1,
-            judge_clean_timer: false,
             cleaner_deaths: 0,
             recoveries: 0,
         };

@@ -29,6 +29,9 @@ impl NodeCleaner {
                 let wiped = self.client.clean(addr, false, None, Some(generation)).await;
                 return Ok((wiped.is_ok(), generation as u64));
             }
+            // Redis forgot which sessions this node holds: every row a
+            // hand-over closed takes its archive (`Archive::open_rows`).
+            self.archive.open_rows(None).await?;
             let generation = self.archive.issue_token(addr).await?;
             match self.client.clean(addr, true, None, Some(generation)).await {
                 Ok(_) => {

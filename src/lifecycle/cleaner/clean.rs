@@ -94,7 +94,7 @@ impl NodeCleaner {
             match self.fenced_clean(lock, leaving, None).await {
                 Err(CleanError::Node { source, .. }) if source.is_unreachable() => {
                     // The node failed and was failed over under the fence.
-                    warn!(node = %addr, error = %source, "node did not archive on removal; its clicks since the last archive are lost");
+                    warn!(node = %addr, error = %source, "node did not archive on removal; what the replicas showed of its sessions was archived on its behalf");
                     CleanReport::default()
                 }
                 // A node that refused to archive still holds its counts:
@@ -137,13 +137,22 @@ impl NodeCleaner {
         expired_by: Option<i64>,
     ) -> Result<CleanReport, CleanError> {
         let (lock, addr) = (fence.lock(), fence.node());
+        let record = self.store.nodes.get_node(addr).await?;
         // The node may have failed while we waited for the acks: a failed
         // node is never asked to archive (its counts are stale).
-        if self.store.nodes.get_node(addr).await?.map(|n| n.state) == Some(NodeState::Down) {
+        if record.as_ref().map(|n| n.state) == Some(NodeState::Down) {
             return Ok(CleanReport {
-                unmapped: self.move_sessions_off(fence).await?,
+                unmapped: self.hand_over_and_move(lock).await?,
                 ..CleanReport::default()
             });
+        }
+        if !record.is_some_and(|n| n.offers.clean_tokens) {
+            // What this node archives of its sessions now is theirs, also
+            // where a hand-over for a node before it closed their rows
+            // (`Archive::open_rows`; model.md: `late_rows_refused`). It
+            // archives all it holds: every session mapped to it.
+            let holds = self.store.sessions.node_sessions(addr).await?;
+            self.archive.open_rows(Some(&holds)).await?;
         }
         let generation = self.archive.issue_token(addr).await?;
         let journal = Journal {
@@ -250,7 +259,7 @@ impl NodeCleaner {
                 // press may have reached the node).
                 self.declare_down(lock, &reason, source.may_have_counted())
                     .await?;
-                self.move_sessions_off(fence).await?;
+                self.hand_over_and_move(lock).await?;
             }
             self.store
                 .fences
@@ -368,7 +377,7 @@ impl NodeCleaner {
                 // what it wrote under the token is revoked with its others.
                 _ if state != Some(NodeState::Up) && state != Some(NodeState::Draining) => {
                     let unmapped = match state {
-                        Some(_) => this.move_sessions_off(&fence).await?,
+                        Some(_) => this.hand_over_and_move(&lock).await?,
                         None => 0,
                     };
                     this.store.fences.end_journal(lock.lock(), &addr, journal.seq, None).await?;
@@ -384,7 +393,7 @@ impl NodeCleaner {
                 generation if this.archive.token_revoked(generation).await? => {
                     this.declare_down(&lock, "an interrupted clean was given up", true)
                         .await?;
-                    let unmapped = this.move_sessions_off(&fence).await?;
+                    let unmapped = this.hand_over_and_move(&lock).await?;
                     this.store.fences.end_journal(lock.lock(), &addr, journal.seq, None).await?;
                     CleanReport {
                         unmapped,

@@ -54,6 +54,16 @@ impl NodeCleaner {
             self.fence_out(lock, below).await?;
             return Ok(0);
         }
+        self.hand_over_and_move(lock).await
+    }
+
+    /// Under a failover's fence of its own: what the replicas showed is
+    /// archived (their acknowledgements of a failover's fence hand it
+    /// over), then the sessions move off. Also how a clean whose node
+    /// failed under it ends (its token revoked, its journal still up): the
+    /// clean's fence was acknowledged without a hand-over, so this one is
+    /// raised over it (model.md: `clean_timer_hands_over`).
+    pub(super) async fn hand_over_and_move(&self, lock: &NodeLock) -> Result<usize, CleanError> {
         let fence = self.raise_and_wait(lock, FenceReason::Down).await?;
         let result = async {
             self.archive_shown(&fence).await?;
@@ -102,8 +112,9 @@ impl NodeCleaner {
             return Ok(0);
         }
         // Postgres cannot be conditioned on the lock: read it just before.
+        let close = !self.takes_tokens(addr).await?;
         fence.lock().lock().check_held(&self.store.locks).await?;
-        let written = self.archive.archive_shown(addr, &totals).await?;
+        let written = self.archive.archive_shown(addr, &totals, close).await?;
         warn!(node = %addr, sessions = written, clicks = archived, "failed node's shown clicks archived on its behalf");
         metrics::counter!("nodes_control_failover_clicks_archived_total")
             .increment(archived as u64);
@@ -111,7 +122,7 @@ impl NodeCleaner {
     }
 
     /// Under the fence: revoke the node's tokens, then unmap its sessions.
-    pub(super) async fn move_sessions_off(&self, fence: &Fenced<'_>) -> Result<usize, CleanError> {
+    async fn move_sessions_off(&self, fence: &Fenced<'_>) -> Result<usize, CleanError> {
         let (lock, addr) = (fence.lock(), fence.node());
         let below = self.archive.wipe_token().await?;
         let revoked = self.fence_out(lock, below).await?;

@@ -198,6 +198,14 @@ impl NodeCleaner {
         .await
     }
 
+    /// Whether the node stamps its archive rows with our clean tokens (and
+    /// so refuses a clean older than its last): a late `/clean` of one that
+    /// does not can still archive and forget.
+    async fn takes_tokens(&self, addr: &str) -> Result<bool, CleanError> {
+        let record = self.store.nodes.get_node(addr).await?;
+        Ok(record.is_some_and(|record| record.offers.clean_tokens))
+    }
+
     /// Marks the node down, under its lock: in this view first, then in
     /// Redis (only while the lock is still this operation's).
     /// `clean_may_arrive`: the node may yet receive a `/clean` this
@@ -212,13 +220,7 @@ impl NodeCleaner {
         clean_may_arrive: bool,
     ) -> Result<(), CleanError> {
         let addr = lock.node();
-        let takes_tokens = self
-            .store
-            .nodes
-            .get_node(addr)
-            .await?
-            .is_some_and(|record| record.offers.clean_tokens);
-        let held = clean_may_arrive && !takes_tokens;
+        let held = clean_may_arrive && !self.takes_tokens(addr).await?;
         let reason = match held {
             true => format!("{reason}; it takes no clean tokens, so that clean may still reach it: it stays down until an admin adds it again"),
             false => reason.to_owned(),

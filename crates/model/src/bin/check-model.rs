@@ -50,8 +50,6 @@ fn main() {
             deadlines,
             replays,
             fencing,
-            // JUDGE_CLEAN_TIMER=1: the clean's timer's failover judged too.
-            judge_clean_timer: std::env::var("JUDGE_CLEAN_TIMER").is_ok_and(|v| v == "1"),
             cleaner_deaths,
             recoveries,
         });
